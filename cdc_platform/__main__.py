@@ -1,0 +1,3 @@
+from cdc_platform.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,217 @@
+"""``cdc-platform``: replay landing files into a warehouse and show its tables (no Dagster).
+
+User errors (unknown option, missing input, unreadable warehouse, bad config) print one line on
+stderr and exit with status 2; the summary of a replay is the last line on stdout.
+"""
+
+import argparse
+import base64
+import datetime as dt
+import decimal
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from cdc_platform import formats
+from cdc_platform.catalog import CatalogError, SourceConfig
+from cdc_platform.formats.column_specs import parse_type
+from cdc_platform.ingest.landing import LandingError, date_of
+from cdc_platform.lake import delta as lake
+
+REPLAY_SOURCE = "replay"
+
+
+class UserError(Exception):
+    """Something the user can fix; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UserError(message)
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UserError(f"{what} must look like KEY=VALUE, got {item!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cdc-platform", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("replay", help="raw -> changelog -> current for every table in INPUTs")
+    r.add_argument("inputs", nargs="+", metavar="INPUT", help="landing files or folders")
+    r.add_argument("--warehouse", required=True, type=Path)
+    r.add_argument(
+        "--format", default="debezium", help=f"one of {', '.join(formats.format_names())}"
+    )
+    r.add_argument("--primary-key", help="COL[,COL]: key of every table in the inputs")
+    r.add_argument("--format-option", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--column-type", action="append", default=[], metavar="COL=TYPE")
+    r.add_argument("--source", default=REPLAY_SOURCE, help="source name in the warehouse")
+    r.add_argument("--date", help="ingest date for inputs outside dt=YYYY-MM-DD folders")
+    s = sub.add_parser("show", help="print a table as JSON lines, sorted by primary key")
+    s.add_argument("table", metavar="TABLE")
+    s.add_argument("--warehouse", required=True, type=Path)
+    s.add_argument("--layer", choices=["current", "changelog", "quarantine"], default="current")
+    s.add_argument("--source", help="needed only when several sources have TABLE")
+    return p
+
+
+def _input_files(inputs: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            files.extend(sorted(f for f in p.rglob("*") if f.is_file()))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UserError(f"input not found: {item}")
+    if not files:
+        raise UserError("no input files")
+    return files
+
+
+def _check_warehouse(path: Path, must_exist: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise UserError(f"warehouse is not a directory: {path}")
+    if must_exist and not path.is_dir():
+        raise UserError(f"warehouse not found: {path}")
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from cdc_platform import pipeline
+    from cdc_platform.spark.session import get_spark
+
+    files = _input_files(args.inputs)
+    _check_warehouse(args.warehouse, must_exist=False)
+    try:
+        source = SourceConfig(
+            name=args.source,
+            format=args.format,
+            format_options=_pairs(args.format_option, "--format-option"),
+        )
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        raise UserError(str(e).splitlines()[-1].strip().removeprefix("Value error, ")) from None
+    try:
+        types = {c: parse_type(t) for c, t in _pairs(args.column_type, "--column-type").items()}
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None
+    today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
+    by_date: dict[str, list[tuple[Path, str]]] = {}
+    for f in files:
+        by_date.setdefault(date_of(f, today), []).append((f, str(f.resolve())))
+    warehouse = args.warehouse.resolve()
+    spark = get_spark()
+    for date, group in sorted(by_date.items()):
+        pipeline.ingest_files(warehouse, source.name, group, date, whole_date=False)
+    result = pipeline.normalize_source(
+        spark,
+        warehouse,
+        source,
+        sorted(by_date),
+        route_undeclared=True,
+        key_override=key,
+        types_override=types,
+    )
+    summary = {"tables": {}, "quarantined": result.quarantined}
+    for t in result.tables.values():
+        merged = pipeline.merge_current(spark, warehouse, source.name, t.name)
+        summary["tables"][t.qualified] = {
+            "inserted": t.ops.get("c", 0) + t.ops.get("r", 0),
+            "updated": t.ops.get("u", 0),
+            "deleted": t.ops.get("d", 0),
+            "rows": merged.rows,
+        }
+    for reason, n in sorted(result.quarantine_reasons.items()):
+        print(f"quarantined {n}: {reason}", file=sys.stderr)
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def _find_table(warehouse: Path, table: str, source: str | None) -> tuple[str, str]:
+    from cdc_platform.spark.normalize import table_name
+
+    names = {table, table_name(table)}
+    found = sorted(
+        {
+            (p.parent.name, p.name)
+            for p in (warehouse / lake.CHANGELOG).glob("*/*")
+            if p.name in names
+        }
+    )
+    if source:
+        found = [f for f in found if f[0] == source]
+    if not found:
+        raise UserError(f"no table {table!r} in warehouse {warehouse}")
+    if len(found) > 1:
+        raise UserError(
+            f"table {table!r} is in several sources; add --source "
+            f"({', '.join(s for s, _ in found)})"
+        )
+    return found[0]
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"cannot print {type(value).__name__}")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
+    from cdc_platform import pipeline
+    from cdc_platform.spark.session import get_spark
+
+    warehouse = args.warehouse.resolve()
+    _check_warehouse(warehouse, must_exist=True)
+    source, table = _find_table(warehouse, args.table, args.source)
+    spark = get_spark()
+    state = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source, table))
+    key = state.get("key", [])
+    if args.layer == "current":
+        df = pipeline.current_rows(spark, warehouse, source, table)
+        order = key
+    elif args.layer == "changelog":
+        df = lake.read(spark, lake.table_uri(warehouse, lake.CHANGELOG, source, table))
+        order = [f"key.{k}" for k in key] + ["sequence"]
+    else:
+        df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, source))
+        if df is not None:
+            df = df.where(
+                F.col("qualified_table").isNull()
+                | (F.col("qualified_table") == state.get("qualified"))
+            )
+        order = ["ingest_date", "file", "line", "partition", "offset"]
+    if df is None:
+        return 0
+    for row in df.orderBy(*order).toArrow().to_pylist():
+        value = row.get("value")
+        if isinstance(value, bytes):
+            try:
+                row["value"] = value.decode()
+            except UnicodeDecodeError:
+                row["value_b64"] = base64.b64encode(row.pop("value")).decode()
+        print(json.dumps(row, default=_jsonable, ensure_ascii=False))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return _replay(args) if args.command == "replay" else _show(args)
+    except (UserError, CatalogError, LandingError) as e:
+        print(f"cdc-platform: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,75 @@
+"""The canonical change record: the one shape every wire format is parsed into.
+
+Parsing happens in two steps. A format module turns raw messages into *parsed records* whose row
+images are still wire text (``map<string,string>``: column -> the value's JSON text, or the string
+itself). ``cdc_platform.spark.normalize`` then types those images per table into the *change log*
+(typed ``before``/``after`` structs), which is the Delta table users see. Both column lists live
+here so that every layer agrees on them.
+"""
+
+from pyspark.sql import types as T
+
+# Canonical operations (Debezium's letters, the lingua franca of CDC tools).
+INSERT = "c"
+UPDATE = "u"
+DELETE = "d"
+READ = "r"  # snapshot / initial-load row: an insert that never overwrites a newer change
+TRUNCATE = "t"
+OPS = (INSERT, UPDATE, DELETE, READ, TRUNCATE)
+
+# What a parsed message is.
+KIND_CHANGE = "change"  # a row change (or a truncate) of one table
+KIND_CONTROL = "control"  # heartbeat, transaction marker, Kafka tombstone: changes no row
+KIND_DDL = "ddl"  # schema change statement: kept, changes no row
+KIND_ERROR = "error"  # cannot be parsed or applied: goes to quarantine with `reason`
+
+IMAGE = T.MapType(T.StringType(), T.StringType())
+
+# Columns every format parser returns (raw coordinates are carried through unchanged).
+PARSED_SCHEMA = T.StructType(
+    [
+        T.StructField("kind", T.StringType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("op", T.StringType()),
+        T.StructField("database", T.StringType()),
+        T.StructField("schema", T.StringType()),
+        T.StructField("table", T.StringType()),
+        T.StructField("key_columns", T.ArrayType(T.StringType())),
+        T.StructField("before_image", IMAGE),
+        T.StructField("after_image", IMAGE),
+        # Format-specific description of the image columns (e.g. the Kafka Connect schema), read
+        # on the driver for the few distinct values of a batch to type the columns.
+        T.StructField("value_schema", T.StringType()),
+        # How image values are encoded: "json" (text as on the wire) or "hbase" (base64 bytes).
+        T.StructField("image_encoding", T.StringType()),
+        # The format's own total order, as a fixed-width string (the raw position is appended
+        # later as the last tie-break).
+        T.StructField("source_sequence", T.StringType()),
+        T.StructField("event_time", T.TimestampType()),
+        T.StructField("tx_id", T.StringType()),
+        T.StructField("ddl", T.StringType()),
+        T.StructField("source_format", T.StringType()),
+    ]
+)
+
+# Raw coordinates: where a message came from. Together they identify it exactly.
+RAW_COORDINATES = ("ingest_date", "topic", "partition", "offset", "file", "line")
+
+# Metadata columns of the change log, after `before`/`after` (documented in the README).
+CHANGELOG_META = (
+    "op",
+    "database",
+    "schema",
+    "table",
+    "sequence",
+    "event_time",
+    "tx_id",
+    "source_format",
+)
+
+# Metadata columns of the current-state table (user columns come first).
+SEQUENCE_COL = "__sequence"
+OP_COL = "__op"
+EVENT_TIME_COL = "__event_time"
+DELETED_COL = "__deleted"
+CURRENT_META = (SEQUENCE_COL, OP_COL, EVENT_TIME_COL, DELETED_COL)

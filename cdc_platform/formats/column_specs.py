@@ -1,0 +1,165 @@
+"""Column types: what a column is (a Spark SQL type) and how its wire text becomes that type.
+
+Every image value arrives as text (the JSON token, or the string itself). A ``ColumnSpec`` pairs the
+target type with a decoder; ``decode`` turns both into one native Spark expression, so typing runs
+inside the JVM with no Python per row. A value that does not decode becomes null and is reported
+as a type mismatch by ``cdc_platform.spark.normalize``.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+DECODERS = (
+    "cast",  # text -> type with try_cast
+    "base64",  # base64 text -> binary
+    "base64_utf8",  # base64 text -> UTF-8 string (HBase cells written with Bytes.toBytes(String))
+    "base64_int",  # base64 big-endian two's complement -> integer (Bytes.toBytes(int/long))
+    "epoch_days",  # days since 1970-01-01 -> date
+    "epoch_millis",  # ms since epoch -> timestamp
+    "epoch_micros",
+    "epoch_nanos",
+    "iso_timestamp",  # ISO-8601 text with zone -> timestamp
+    "decimal_bytes",  # Kafka Connect Decimal: base64 big-endian unscaled value, scale in the type
+)
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """A column's Spark SQL type and the decoder that produces it from wire text."""
+
+    type: str
+    decoder: str = "cast"
+
+
+STRING = ColumnSpec("string")
+
+_CONNECT_TYPES = {
+    "int8": "tinyint",
+    "int16": "smallint",
+    "int32": "int",
+    "int64": "bigint",
+    "float32": "float",
+    "float": "float",
+    "float64": "double",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "binary",
+}
+# Debezium and Kafka Connect logical types (the schema's `name`), keyed by name.
+_LOGICAL = {
+    "io.debezium.time.Date": ColumnSpec("date", "epoch_days"),
+    "org.apache.kafka.connect.data.Date": ColumnSpec("date", "epoch_days"),
+    "io.debezium.time.Timestamp": ColumnSpec("timestamp", "epoch_millis"),
+    "org.apache.kafka.connect.data.Timestamp": ColumnSpec("timestamp", "epoch_millis"),
+    "io.debezium.time.MicroTimestamp": ColumnSpec("timestamp", "epoch_micros"),
+    "io.debezium.time.NanoTimestamp": ColumnSpec("timestamp", "epoch_nanos"),
+    "io.debezium.time.ZonedTimestamp": ColumnSpec("timestamp", "iso_timestamp"),
+    "io.debezium.time.IsoTimestamp": ColumnSpec("timestamp", "iso_timestamp"),
+    # Times of day stay as their wire numbers/text: Spark has no portable TIME type.
+    "io.debezium.data.Bits": ColumnSpec("binary", "base64"),
+}
+
+
+def connect_field_spec(field: dict[str, Any]) -> ColumnSpec:
+    """Spec for one Kafka Connect schema field (``{"type", "name", "parameters", ...}``)."""
+    name = field.get("name") or ""
+    if name in _LOGICAL:
+        return _LOGICAL[name]
+    if name == "org.apache.kafka.connect.data.Decimal":
+        params = field.get("parameters") or {}
+        scale = int(params.get("scale", 0))
+        precision = min(int(params.get("connect.decimal.precision", 38)), 38)
+        return ColumnSpec(f"decimal({max(precision, scale)},{scale})", "decimal_bytes")
+    if field.get("type") == "bytes":
+        return ColumnSpec("binary", "base64")
+    # struct, array, map and unknown types keep their JSON text.
+    return ColumnSpec(_CONNECT_TYPES.get(field.get("type", ""), "string"))
+
+
+_SQL_TYPE = re.compile(
+    r"^(string|boolean|tinyint|smallint|int|bigint|float|double|date|timestamp|binary"
+    r"|decimal\(\s*\d+\s*,\s*\d+\s*\))$"
+)
+_ALIASES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint",
+            "bool": "boolean", "text": "string", "varchar": "string", "real": "float",
+            "bytes": "binary"}  # fmt: skip
+
+
+def parse_type(text: str) -> str:
+    """Normalise a user-written column type to a Spark SQL type name; ValueError if unknown."""
+    t = text.strip().lower()
+    t = _ALIASES.get(t, t)
+    if not _SQL_TYPE.match(t):
+        raise ValueError(
+            f"unknown column type {text!r} (use string, boolean, tinyint, smallint, int, bigint,"
+            " float, double, decimal(p,s), date, timestamp or binary)"
+        )
+    return re.sub(r"\s+", "", t)
+
+
+def hbase_spec(sql_type: str | None) -> ColumnSpec:
+    """HBase cells are raw bytes: strings by default, integers big-endian, binary as is."""
+    if sql_type in (None, "string"):
+        return ColumnSpec("string", "base64_utf8")
+    if sql_type == "binary":
+        return ColumnSpec("binary", "base64")
+    if sql_type in ("tinyint", "smallint", "int", "bigint"):
+        return ColumnSpec(sql_type, "base64_int")
+    raise ValueError(f"HBase columns can be string, binary or integers, not {sql_type}")
+
+
+def _signed_big_endian(b: Column) -> Column:
+    """Two's complement big-endian bytes -> decimal(38,0), with Spark higher-order functions."""
+    hexed = F.hex(b)
+    n = F.octet_length(b)
+    unsigned = F.aggregate(
+        F.sequence(F.lit(0), n - 1),
+        F.lit(0).cast("decimal(38,0)"),
+        lambda acc, i: (
+            acc * 256 + F.conv(F.substring(hexed, i * 2 + 1, 2), 16, 10).cast("int")
+        ).cast("decimal(38,0)"),
+    )
+    negative = F.conv(F.substring(hexed, 1, 2), 16, 10).cast("int") >= 128
+    return (
+        F.when(n == 0, F.lit(None))
+        .when(
+            negative, (unsigned - F.pow(F.lit(256), n).cast("decimal(38,0)")).cast("decimal(38,0)")
+        )
+        .otherwise(unsigned)
+    )
+
+
+def decode(wire: Column, spec: ColumnSpec) -> Column:
+    """Wire text -> typed value (null when it does not decode)."""
+    d = spec.decoder
+    if d == "cast":
+        if spec.type == "string":
+            return wire
+        return wire.try_cast(spec.type)
+    if d == "base64":
+        return F.try_to_binary(wire, F.lit("base64"))
+    if d == "base64_utf8":
+        return F.try_to_binary(wire, F.lit("base64")).cast("string")
+    if d == "base64_int":
+        return _signed_big_endian(F.try_to_binary(wire, F.lit("base64"))).try_cast(spec.type)
+    if d == "epoch_days":
+        return F.date_add(F.lit("1970-01-01").cast("date"), wire.try_cast("int"))
+    if d == "epoch_millis":
+        return F.timestamp_millis(wire.try_cast("bigint"))
+    if d == "epoch_micros":
+        return F.timestamp_micros(wire.try_cast("bigint"))
+    if d == "epoch_nanos":
+        return F.timestamp_micros(F.floor(wire.try_cast("bigint") / 1000))
+    if d == "iso_timestamp":
+        return F.try_to_timestamp(wire)
+    if d == "decimal_bytes":
+        scale = int(spec.type.split(",")[1].rstrip(")"))
+        unscaled = _signed_big_endian(F.try_to_binary(wire, F.lit("base64")))
+        # Shift the point in text: exact, where decimal division would round.
+        return F.concat(unscaled.cast("string"), F.lit(f"E-{scale}")).try_cast(spec.type)
+    raise ValueError(f"unknown decoder {d!r}")

@@ -1,0 +1,1 @@
+"""Transports: bring messages into the raw layer exactly as received."""

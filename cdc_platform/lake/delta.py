@@ -1,0 +1,176 @@
+"""All Delta Lake I/O, with delta-rs (``deltalake``): the JVM Delta jars are not available here.
+
+Spark reads a table's current snapshot from the Parquet files delta-rs lists; writes go from Arrow
+to delta-rs. The asset key path ``[layer, source, table]`` is the table's path under the warehouse.
+Keep this module the only place that touches Delta, so a delta-spark engine can replace it.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+RAW = "raw"
+CHANGELOG = "changelog"
+CURRENT = "current"
+QUARANTINE = "quarantine"
+LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE)
+PARTITION_COLUMN = "ingest_date"
+# Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
+# unknown table properties), so state and data change in one atomic commit.
+STATE_KEY = "cdc.state"
+
+
+def key_path(layer: str, source: str, table: str | None = None) -> list[str]:
+    """The asset key path of a table, which is also its path under the warehouse."""
+    return [layer, source] if table is None else [layer, source, table]
+
+
+def table_uri(warehouse: Path, layer: str, source: str, table: str | None = None) -> str:
+    return str(Path(warehouse, *key_path(layer, source, table)))
+
+
+def exists(uri: str) -> bool:
+    return DeltaTable.is_deltatable(uri)
+
+
+def version(uri: str) -> int | None:
+    return DeltaTable(uri).version() if exists(uri) else None
+
+
+def files(uri: str, at_version: int | None = None) -> list[str]:
+    if not exists(uri):
+        return []
+    return DeltaTable(uri, version=at_version).file_uris()
+
+
+def arrow_schema(uri: str) -> pa.Schema:
+    return pa.schema(DeltaTable(uri).schema())
+
+
+def read(spark: SparkSession, uri: str, only_files: list[str] | None = None) -> DataFrame | None:
+    """The table's snapshot (or just ``only_files`` of it) as a Spark DataFrame; None if absent."""
+    if not exists(uri):
+        return None
+    dt = DeltaTable(uri)
+    schema = from_arrow_schema(pa.schema(dt.schema()))
+    paths = dt.file_uris() if only_files is None else only_files
+    if not paths:
+        return spark.createDataFrame([], schema)
+    partition_columns = dt.metadata().partition_columns
+    df = spark.read.option("basePath", uri).option("mergeSchema", "true").parquet(*paths)
+    # Partition values live in the paths; cast them back and restore the table's column order
+    # (files written before a schema change lack the newer columns).
+    for field in schema.fields:
+        if field.name in partition_columns:
+            df = df.withColumn(field.name, F.col(field.name).cast(field.dataType))
+        elif field.name not in df.columns:
+            df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
+    return df.select(*[F.col(f"`{f.name}`") for f in schema.fields])
+
+
+def overwrite_partitions(
+    uri: str, data: pa.Table, dates: list[str], metadata: dict[str, str] | None = None
+) -> int:
+    """Replace the ``ingest_date`` partitions ``dates`` with ``data``: reruns are idempotent."""
+    props = CommitProperties(custom_metadata=metadata) if metadata else None
+    if not exists(uri):
+        write_deltalake(
+            uri, data, partition_by=[PARTITION_COLUMN], mode="append", commit_properties=props
+        )
+    else:
+        listed = ", ".join(f"'{d}'" for d in sorted(set(dates)))
+        write_deltalake(
+            uri,
+            data,
+            mode="overwrite",
+            schema_mode="merge",
+            predicate=f"{PARTITION_COLUMN} IN ({listed})",
+            commit_properties=props,
+        )
+    return DeltaTable(uri).version()
+
+
+def replace_where(uri: str, data: pa.Table, predicate: str) -> int:
+    """Replace the rows matching ``predicate`` (a SQL predicate) with ``data``."""
+    write_deltalake(uri, data, mode="overwrite", schema_mode="merge", predicate=predicate)
+    return DeltaTable(uri).version()
+
+
+def replace(uri: str, data: pa.Table, state: dict[str, Any]) -> int:
+    """Replace the whole table (a new version: time travel still reaches the old one)."""
+    props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite", commit_properties=props)
+    return DeltaTable(uri).version()
+
+
+def files_added_since(uri: str, since_version: int) -> list[str] | None:
+    """Files in the snapshot that were not in version ``since_version`` (None: that version is
+    gone, e.g. vacuumed; the caller then reads everything)."""
+    try:
+        before = set(DeltaTable(uri, version=since_version).file_uris())
+    except Exception:  # delta-rs raises its own error types for a missing version
+        return None
+    return [f for f in DeltaTable(uri).file_uris() if f not in before]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def upsert_newer(
+    uri: str, data: pa.Table, key: list[str], sequence: str, state: dict[str, Any]
+) -> dict[str, int]:
+    """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
+
+    The sequence condition makes the merge idempotent and order-insensitive: replaying a batch,
+    or a late, older batch, leaves newer rows untouched.
+    """
+    props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    if not exists(uri):
+        write_deltalake(uri, data, mode="append", commit_properties=props)
+        return {"num_target_rows_inserted": data.num_rows, "num_target_rows_updated": 0}
+    on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
+    newer = f"s.{_quote(sequence)} > t.{_quote(sequence)}"
+    return (
+        DeltaTable(uri)
+        .merge(
+            data, on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props
+        )
+        .when_matched_update_all(predicate=newer)
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
+def delete_where(uri: str, predicate: str, state: dict[str, Any]) -> int:
+    """Delete rows matching a SQL predicate (column names double-quoted); returns rows deleted."""
+    props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    metrics = DeltaTable(uri).delete(predicate, commit_properties=props)
+    return int(metrics.get("num_deleted_rows", 0))
+
+
+def quoted(name: str) -> str:
+    """A column name quoted for delta-rs predicates."""
+    return _quote(name)
+
+
+def state(uri: str) -> dict[str, Any]:
+    """The newest ``cdc.state`` commit metadata of a table ({} if none)."""
+    if not exists(uri):
+        return {}
+    for commit in DeltaTable(uri).history():
+        if STATE_KEY in commit:
+            return json.loads(commit[STATE_KEY])
+    return {}
+
+
+def describe(uri: str) -> dict[str, Any]:
+    """Version, file count and Arrow schema of a table, for materialization metadata."""
+    dt = DeltaTable(uri)
+    return {"version": dt.version(), "files": len(dt.file_uris()), "schema": pa.schema(dt.schema())}

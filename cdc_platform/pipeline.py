@@ -1,0 +1,193 @@
+"""The pipeline steps, shared by the Dagster assets and the command line.
+
+raw (messages as received) -> changelog (canonical typed change records per table, + quarantine)
+-> current (one row per key). Each step is idempotent: raw and changelog replace whole
+``ingest_date`` partitions, and current merges by sequence, so any step can be rerun.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_platform.catalog import SourceConfig
+from cdc_platform.formats import canonical as C
+from cdc_platform.ingest import landing
+from cdc_platform.lake import delta as lake
+from cdc_platform.spark import apply, normalize
+
+
+@dataclass
+class TableChanges:
+    """What normalization wrote for one table."""
+
+    name: str
+    qualified: str
+    key: list[str]
+    ops: dict[str, int]
+    version: int | None
+
+
+@dataclass
+class NormalizeResult:
+    messages: int = 0
+    quarantined: int = 0
+    control: int = 0
+    ddl: int = 0
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, TableChanges] = field(default_factory=dict)
+
+
+@dataclass
+class MergeResult:
+    inserted: int
+    updated: int
+    rows: int
+    deleted_rows: int
+    version: int | None
+    changelog_version: int | None
+    truncated: int = 0
+
+
+def ingest_files(
+    warehouse: Path, source: str, files: list[tuple[Path, str]], date: str, whole_date: bool
+) -> int:
+    """Landing files of one ingest date -> raw. ``whole_date`` replaces the date's partition
+    (the files are all of that date); otherwise only the rows of these files are replaced."""
+    data = landing.read_files(files, date, topic=source)
+    uri = lake.table_uri(warehouse, lake.RAW, source)
+    if whole_date or not lake.exists(uri):
+        lake.overwrite_partitions(uri, data, [date])
+    else:
+        names = ", ".join("'" + n.replace("'", "''") + "'" for _, n in files)
+        lake.replace_where(uri, data, f"ingest_date = '{date}' AND file IN ({names})")
+    return data.num_rows
+
+
+def _write_quarantine(
+    warehouse: Path, source: str, frames: list[DataFrame], dates: list[str]
+) -> DataFrame:
+    quarantine = frames[0]
+    for f in frames[1:]:
+        quarantine = quarantine.unionByName(f)
+    uri = lake.table_uri(warehouse, lake.QUARANTINE, source)
+    lake.overwrite_partitions(uri, quarantine.toArrow(), dates)
+    return quarantine
+
+
+def normalize_source(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    dates: list[str],
+    route_undeclared: bool,
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+) -> NormalizeResult:
+    """Raw partitions ``dates`` -> each table's changelog partitions and the quarantine."""
+    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, source.name))
+    result = NormalizeResult()
+    if raw is None:
+        return result
+    raw = raw.where(F.col("ingest_date").isin(*dates))
+    parsed = normalize.parse_messages(raw, source).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        kinds = {r["kind"]: r["count"] for r in parsed.groupBy("kind").count().collect()}
+        result.messages = sum(kinds.values())
+        result.control = kinds.get(C.KIND_CONTROL, 0)
+        result.ddl = kinds.get(C.KIND_DDL, 0)
+        changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
+        plans = normalize.plan_tables(
+            changes, source, route_undeclared, key_override, types_override
+        )
+        quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
+        for plan in plans.values():
+            changelog, rejected = normalize.type_changes(changes, plan)
+            quarantine.append(rejected)
+            if plan.problem and not plan.declared:
+                continue
+            uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
+            data = changelog.toArrow()
+            version = lake.overwrite_partitions(
+                uri,
+                data,
+                dates,
+                metadata={
+                    lake.STATE_KEY: json.dumps({"key": plan.key, "qualified": plan.qualified})
+                },
+            )
+            ops = data.group_by("op").aggregate([("op", "count")]).to_pylist()
+            result.tables[plan.name] = TableChanges(
+                plan.name, plan.qualified, plan.key, {r["op"]: r["op_count"] for r in ops}, version
+            )
+        q = _write_quarantine(warehouse, source.name, quarantine, dates)
+        reasons = q.groupBy("reason").count().collect()
+        result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
+        result.quarantined = sum(result.quarantine_reasons.values())
+    finally:
+        parsed.unpersist()
+    return result
+
+
+def merge_current(
+    spark: SparkSession, warehouse: Path, source: str, table: str, full_refresh: bool = False
+) -> MergeResult:
+    """Merge the change-log files not yet applied into the current-state table."""
+    cl_uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    cur_uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    cl_version = lake.version(cl_uri)
+    if cl_version is None:
+        return MergeResult(0, 0, 0, 0, lake.version(cur_uri), None)
+    key = lake.state(cl_uri)["key"]
+    state = {} if full_refresh else lake.state(cur_uri)
+    applied = state.get("changelog_version")
+    if applied == cl_version and lake.exists(cur_uri):
+        return MergeResult(0, 0, *_live_counts(spark, cur_uri), lake.version(cur_uri), cl_version)
+    new_files = lake.files_added_since(cl_uri, applied) if applied is not None else None
+    batch = lake.read(spark, cl_uri, only_files=new_files)
+    truncate = apply.latest_truncate(batch)
+    truncated_before = max(filter(None, [state.get("truncated_before"), truncate]), default=None)
+    new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
+    truncated = 0
+    if truncate and truncate == truncated_before and lake.exists(cur_uri) and not full_refresh:
+        # The merge below is what advances changelog_version: a crash here just reruns both.
+        truncated = lake.delete_where(
+            cur_uri,
+            f"{lake.quoted(C.SEQUENCE_COL)} < '{truncate}'",
+            {**state, "truncated_before": truncated_before},
+        )
+    rows = apply.latest_per_key(batch, key, truncated_before).toArrow()
+    if full_refresh:
+        lake.replace(cur_uri, rows, new_state)
+        metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
+    else:
+        metrics = lake.upsert_newer(cur_uri, rows, key, C.SEQUENCE_COL, new_state)
+    live, deleted = _live_counts(spark, cur_uri)
+    return MergeResult(
+        int(metrics.get("num_target_rows_inserted", 0)),
+        int(metrics.get("num_target_rows_updated", 0)),
+        live,
+        deleted,
+        lake.version(cur_uri),
+        cl_version,
+        truncated,
+    )
+
+
+def _live_counts(spark: SparkSession, cur_uri: str) -> tuple[int, int]:
+    df = lake.read(spark, cur_uri)
+    if df is None:
+        return 0, 0
+    r = df.agg(F.count_if(~F.col(C.DELETED_COL)), F.count_if(F.col(C.DELETED_COL))).first()
+    return int(r[0]), int(r[1])
+
+
+def current_rows(spark: SparkSession, warehouse: Path, source: str, table: str) -> DataFrame | None:
+    """The exposed current state: live rows only, without the ``__`` bookkeeping columns."""
+    df = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, source, table))
+    if df is None:
+        return None
+    return df.where(~F.col(C.DELETED_COL)).drop(*C.CURRENT_META)

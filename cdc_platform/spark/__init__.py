@@ -1,0 +1,1 @@
+"""Spark jobs as pure functions: DataFrame in, DataFrame out. No Dagster here."""

