@@ -16,7 +16,7 @@ from typing import NoReturn
 from cdc_platform import formats
 from cdc_platform.catalog import CatalogError, SourceConfig
 from cdc_platform.formats.column_specs import parse_type
-from cdc_platform.ingest.landing import LandingError, date_of
+from cdc_platform.ingest.landing import LandingError
 from cdc_platform.lake import delta as lake
 
 REPLAY_SOURCE = "replay"
@@ -105,31 +105,15 @@ def _replay(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
-    by_date: dict[str, list[tuple[Path, str]]] = {}
-    for f in files:
-        by_date.setdefault(date_of(f, today), []).append((f, str(f.resolve())))
-    warehouse = args.warehouse.resolve()
-    spark = get_spark()
-    for date, group in sorted(by_date.items()):
-        pipeline.ingest_files(warehouse, source.name, group, date, whole_date=False)
-    result = pipeline.normalize_source(
-        spark,
-        warehouse,
+    summary, result = pipeline.replay(
+        get_spark(),
+        args.warehouse.resolve(),
+        files,
         source,
-        sorted(by_date),
-        route_undeclared=True,
+        today,
         key_override=key,
         types_override=types,
     )
-    summary = {"tables": {}, "quarantined": result.quarantined}
-    for t in result.tables.values():
-        merged = pipeline.merge_current(spark, warehouse, source.name, t.name)
-        summary["tables"][t.qualified] = {
-            "inserted": t.ops.get("c", 0) + t.ops.get("r", 0),
-            "updated": t.ops.get("u", 0),
-            "deleted": t.ops.get("d", 0),
-            "rows": merged.rows,
-        }
     for reason, n in sorted(result.quarantine_reasons.items()):
         print(f"quarantined {n}: {reason}", file=sys.stderr)
     print(json.dumps(summary, sort_keys=True))
