@@ -60,7 +60,37 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--warehouse", required=True, type=Path)
     s.add_argument("--layer", choices=["current", "changelog", "quarantine"], default="current")
     s.add_argument("--source", help="needed only when several sources have TABLE")
+    d = sub.add_parser("demo", help="write sample CDC traffic into the catalog's landing folder")
+    d.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
+    d.add_argument("--batches", type=int, default=1, help="batches to write now")
+    d.add_argument(
+        "--every",
+        type=float,
+        default=0,
+        help="then keep writing one batch every this many seconds (0: stop)",
+    )
     return p
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import time
+
+    from cdc_platform.catalog import default_catalog_path, load_catalog
+    from cdc_platform.demo import write_demo_traffic
+
+    catalog = load_catalog(args.sources or default_catalog_path())
+    landing_root = catalog.landing_path
+    batch = len(list(landing_root.glob("shop/dt=*/*.kafka.jsonl")))
+    for _ in range(args.batches):
+        for path in write_demo_traffic(landing_root, batch):
+            print(path)
+        batch += 1
+    while args.every > 0:
+        time.sleep(args.every)
+        for path in write_demo_traffic(landing_root, batch):
+            print(path, flush=True)
+        batch += 1
+    return 0
 
 
 def _input_files(inputs: list[str]) -> list[Path]:
@@ -195,7 +225,8 @@ def _show(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        return _replay(args) if args.command == "replay" else _show(args)
+        command = {"replay": _replay, "show": _show, "demo": _demo}[args.command]
+        return command(args)
     except (UserError, CatalogError, LandingError) as e:
         print(f"cdc-platform: error: {e}", file=sys.stderr)
         return 2

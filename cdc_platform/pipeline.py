@@ -7,8 +7,10 @@ raw (messages as received) -> changelog (canonical typed change records per tabl
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,6 +31,7 @@ class TableChanges:
     key: list[str]
     ops: dict[str, int]
     version: int | None
+    max_event_time: datetime | None = None
 
 
 @dataclass
@@ -121,7 +124,12 @@ def normalize_source(
             )
             ops = data.group_by("op").aggregate([("op", "count")]).to_pylist()
             result.tables[plan.name] = TableChanges(
-                plan.name, plan.qualified, plan.key, {r["op"]: r["op_count"] for r in ops}, version
+                plan.name,
+                plan.qualified,
+                plan.key,
+                {r["op"]: r["op_count"] for r in ops},
+                version,
+                pc.max(data["event_time"]).as_py(),
             )
         q = _write_quarantine(warehouse, source.name, quarantine, dates)
         reasons = q.groupBy("reason").count().collect()

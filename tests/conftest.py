@@ -19,8 +19,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
     # local[2] with few shuffle partitions: the suite's frames are tiny, scheduling dominates.
-    return get_spark("local[2]", {"spark.sql.shuffle.partitions": "2",
-                                  "spark.default.parallelism": "2"})
+    return get_spark(
+        "local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+    )
 
 
 @pytest.fixture

@@ -1,0 +1,28 @@
+"""The code location: one source's assets, job and sensor per catalog entry, plus automation."""
+
+import dagster as dg
+
+from cdc_platform.catalog import default_catalog_path, load_catalog
+from cdc_platform.defs.cdc_tables import build_source_defs
+from cdc_platform.defs.resources import build_resources
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    catalog = load_catalog(default_catalog_path())
+    automation = dg.AutomationConditionSensorDefinition(
+        "cdc_automation",
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=15,
+        description="Materializes current tables (eager) after their change logs update.",
+    )
+    return dg.Definitions.merge(
+        *[build_source_defs(s, catalog) for s in catalog.sources],
+        dg.Definitions(
+            sensors=[automation],
+            resources=build_resources(catalog),
+            # One process, one JVM: a multiprocess executor would start Spark in every step.
+            executor=dg.in_process_executor,
+        ),
+    )

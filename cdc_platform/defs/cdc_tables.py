@@ -1,0 +1,190 @@
+"""Assets of one source: raw topic -> change log per table (+ quarantine) -> current per table."""
+
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+
+from cdc_platform import pipeline
+from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
+from cdc_platform.defs.metadata import delta_metadata, preview
+from cdc_platform.defs.partitions import daily
+from cdc_platform.defs.resources import LakeResource, spark_session
+from cdc_platform.defs.sensors import build_landing_sensor
+from cdc_platform.ingest import landing
+from cdc_platform.lake import delta
+
+# Every partitioned asset of a chain gets the same policy, or Dagster falls back to one
+# partition per run.
+SINGLE_RUN = dg.BackfillPolicy.single_run()
+
+
+def asset_key(layer: str, source: str, table: str | None = None) -> dg.AssetKey:
+    return dg.AssetKey(delta.key_path(layer, source, table))
+
+
+def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=asset_key(delta.RAW, source.name),
+        group_name=source.name,
+        partitions_def=daily,
+        backfill_policy=SINGLE_RUN,
+        kinds={"delta"},
+        description=(
+            f"Raw topic of source `{source.name}` ({source.format}), read from {landing_dir}: "
+            "every message exactly as received (value and key bytes, topic, partition, offset, "
+            "timestamp, file, line), partitioned by ingest date. Rerunning a date replaces it."
+        ),
+    )
+    def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+        counts = {}
+        for date in context.partition_keys:
+            files = [
+                (p, str(p.relative_to(landing_dir)))
+                for p in landing.files_for_date(landing_dir, date)
+            ]
+            counts[date] = pipeline.ingest_files(
+                lake.warehouse_path, source.name, files, date, whole_date=True
+            )
+        uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/partition_row_count": sum(counts.values()),
+                "messages_by_date": counts,
+                **delta_metadata(uri),
+            }
+        )
+
+    return raw
+
+
+def build_changelog_asset(source: SourceConfig) -> dg.AssetsDefinition:
+    """One Spark pass over the raw partitions writes every table's change log and the quarantine."""
+    deps = [asset_key(delta.RAW, source.name)]
+    specs = [
+        dg.AssetSpec(
+            asset_key(delta.CHANGELOG, source.name, t.name),
+            deps=deps,
+            group_name=source.name,
+            partitions_def=daily,
+            kinds={"spark", "delta"},
+            description=(
+                f"Change log of `{t.match}`: one canonical change record per row change (op, "
+                "key, typed before/after images, sequence, event time, transaction id, raw "
+                "coordinates), partitioned like raw."
+            ),
+        )
+        for t in source.tables
+    ]
+    specs.append(
+        dg.AssetSpec(
+            asset_key(delta.QUARANTINE, source.name),
+            deps=deps,
+            group_name=source.name,
+            partitions_def=daily,
+            kinds={"spark", "delta"},
+            description=(
+                f"Messages of `{source.name}` that could not be parsed, keyed, typed or routed, "
+                "with the reason, raw bytes and coordinates. Nothing is dropped unseen."
+            ),
+        )
+    )
+
+    @dg.multi_asset(
+        name=f"{source.name}__changelog",
+        specs=specs,
+        backfill_policy=SINGLE_RUN,
+    )
+    def changelog(
+        context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: LakeResource
+    ):
+        result = pipeline.normalize_source(
+            spark_session(spark),
+            lake.warehouse_path,
+            source,
+            context.partition_keys,
+            route_undeclared=False,
+        )
+        for table in source.tables:
+            written = result.tables.get(table.name)
+            ops = written.ops if written else {}
+            uri = delta.table_uri(lake.warehouse_path, delta.CHANGELOG, source.name, table.name)
+            yield dg.MaterializeResult(
+                asset_key=asset_key(delta.CHANGELOG, source.name, table.name),
+                metadata={
+                    "dagster/partition_row_count": sum(ops.values()),
+                    "rows_by_op": dg.MetadataValue.json(ops),
+                    **_event_time(written.max_event_time if written else None),
+                    **delta_metadata(uri),
+                },
+            )
+        yield dg.MaterializeResult(
+            asset_key=asset_key(delta.QUARANTINE, source.name),
+            metadata={
+                "dagster/partition_row_count": result.quarantined,
+                "quarantined_by_reason": dg.MetadataValue.json(result.quarantine_reasons),
+                "messages": result.messages,
+                "control_messages": result.control,
+                "ddl_messages": result.ddl,
+                **delta_metadata(
+                    delta.table_uri(lake.warehouse_path, delta.QUARANTINE, source.name)
+                ),
+            },
+        )
+
+    return changelog
+
+
+def _event_time(value: datetime | None) -> dict[str, dg.MetadataValue]:
+    return {"max_event_time": dg.MetadataValue.timestamp(value)} if value else {}
+
+
+def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=asset_key(delta.CURRENT, source.name, table.name),
+        deps=[asset_key(delta.CHANGELOG, source.name, table.name)],
+        group_name=source.name,
+        kinds={"spark", "delta"},
+        automation_condition=dg.AutomationCondition.eager(),
+        description=(
+            f"Current state of `{table.match}`: one row per primary key, typed columns, built by "
+            "merging change-log batches by sequence (late or replayed events never overwrite "
+            "newer ones). Deleted keys stay as hidden tombstones (`__deleted`)."
+        ),
+    )
+    def current(spark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
+        session = spark_session(spark)
+        merged = pipeline.merge_current(session, lake.warehouse_path, source.name, table.name)
+        uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
+        rows = pipeline.current_rows(session, lake.warehouse_path, source.name, table.name)
+        key = delta.state(uri).get("key", [])
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": merged.rows,
+                "tombstones": merged.deleted_rows,
+                "merged_inserted": merged.inserted,
+                "merged_updated": merged.updated,
+                "truncated_rows": merged.truncated,
+                "changelog_version": merged.changelog_version,
+                **delta_metadata(uri),
+                **({"preview": preview(rows, key)} if rows is not None else {}),
+            }
+        )
+
+    return current
+
+
+def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
+    """Everything one source contributes: assets, its ingest job and landing sensor."""
+    landing_dir = catalog.landing_for(source)
+    raw = build_raw_asset(source, landing_dir)
+    changelog = build_changelog_asset(source)
+    currents = [build_current_asset(source, t) for t in source.tables]
+    job = dg.define_asset_job(
+        f"{source.name}__ingest",
+        selection=dg.AssetSelection.assets(raw, changelog),
+        description="Raw and change log for the requested ingest dates (current follows).",
+    )
+    sensor = build_landing_sensor(source.name, landing_dir, job.name)
+    return dg.Definitions(assets=[raw, changelog, *currents], jobs=[job], sensors=[sensor])

@@ -1,0 +1,129 @@
+"""Sample CDC traffic for the demo: Debezium (MySQL connector, Kafka envelopes with keys and
+schemas) for ``inventory.customers`` and ``inventory.orders``, and a Lindorm HBase table."""
+
+import base64
+import datetime as dt
+import json
+import random
+from pathlib import Path
+
+_CUSTOMER_FIELDS = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "string", "optional": False, "field": "name"},
+    {"type": "string", "optional": True, "field": "email"},
+    {"type": "int64", "optional": True, "name": "io.debezium.time.Timestamp", "field": "signed_up"},
+]
+_ORDER_FIELDS = [
+    {"type": "int32", "optional": False, "field": "order_id"},
+    {"type": "int32", "optional": False, "field": "customer_id"},
+    {"type": "bytes", "optional": False, "name": "org.apache.kafka.connect.data.Decimal",
+     "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "amount"},
+    {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "order_date"},
+]  # fmt: skip
+
+
+def _envelope_schema(table: str, fields: list[dict]) -> dict:
+    value = {"type": "struct", "fields": fields, "optional": True, "name": f"demo.{table}.Value"}
+    return {
+        "type": "struct",
+        "name": f"demo.inventory.{table}.Envelope",
+        "fields": [
+            {**value, "field": "before"},
+            {**value, "field": "after"},
+            {"type": "struct", "field": "source", "fields": []},
+            {"type": "string", "field": "op"},
+        ],
+    }
+
+
+def _decimal(cents: int) -> str:
+    return base64.b64encode(cents.to_bytes(8, "big", signed=True).lstrip(b"\0") or b"\0").decode()
+
+
+class _Binlog:
+    """Strictly increasing MySQL binlog positions, as Debezium reports them."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.pos, self.ts = 4, start_ms
+
+    def source(self, table: str) -> dict:
+        self.pos += 317
+        self.ts += 1000
+        return {"version": "2.7.3.Final", "connector": "mysql", "name": "demo", "ts_ms": self.ts,
+                "snapshot": "false", "db": "inventory", "table": table, "server_id": 1,
+                "file": "mysql-bin.000001", "pos": self.pos, "row": 0}  # fmt: skip
+
+
+def debezium_records(batch: int, start_ms: int, rng: random.Random) -> list[dict]:
+    """One batch of customer and order changes as Kafka record envelopes."""
+    log = _Binlog(start_ms + batch * 3_600_000)
+    records: list[dict] = []
+
+    def emit(table: str, fields: list[dict], key: dict, op: str, before, after) -> None:
+        value = {
+            "schema": _envelope_schema(table, fields),
+            "payload": {"before": before, "after": after, "source": log.source(table), "op": op,
+                        "ts_ms": log.ts + 5},
+        }  # fmt: skip
+        records.append({"topic": f"demo.inventory.{table}", "partition": 0,
+                        "offset": len(records) + batch * 1000, "timestamp": log.ts + 7,
+                        "key": {"payload": key}, "value": value})  # fmt: skip
+
+    base = batch * 10
+    customers = {}
+    for i in range(base + 1, base + 11):
+        row = {"id": i, "name": f"Customer {i}", "email": f"c{i}@example.com",
+               "signed_up": start_ms + i * 60_000}  # fmt: skip
+        customers[i] = row
+        emit("customers", _CUSTOMER_FIELDS, {"id": i}, "c", None, row)
+    for order_id in range(base * 3 + 1, base * 3 + 21):
+        amount = _decimal(rng.randint(100, 99_999))
+        row = {"order_id": order_id, "customer_id": rng.randint(base + 1, base + 10),
+               "amount": amount, "order_date": 20_000 + batch}  # fmt: skip
+        emit("orders", _ORDER_FIELDS, {"order_id": order_id}, "c", None, row)
+    for i in rng.sample(sorted(customers), 4):
+        new = {**customers[i], "email": f"customer{i}@example.org"}
+        emit("customers", _CUSTOMER_FIELDS, {"id": i}, "u", customers[i], new)
+        customers[i] = new
+    gone = rng.choice(sorted(customers))
+    emit("customers", _CUSTOMER_FIELDS, {"id": gone}, "d", customers[gone], None)
+    records.append({"topic": "demo.inventory.customers", "partition": 0,  # Kafka tombstone
+                    "offset": len(records) + batch * 1000, "key": {"payload": {"id": gone}},
+                    "value": None})  # fmt: skip
+    return records
+
+
+def lindorm_messages(batch: int, start_ms: int) -> list[dict]:
+    """Lindorm HBase change subscription messages: base64 cells, ROW key, family_qualifier."""
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    out = []
+    for i in range(batch * 5 + 1, batch * 5 + 6):
+        after = {"ROW": b64(f"user{i}"), "f_name": b64(f"name {i}"), "f_city": b64("Hangzhou")}
+        out.append({"schema": {}, "payload": {
+            "op": "c", "ts_ms": start_ms + i, "before": None, "after": after,
+            "source": {"version": "v2.0", "db": "ld-demo", "namespace": "default",
+                       "table": "users", "ts_ms": start_ms + i}}})  # fmt: skip
+    return out
+
+
+def write_demo_traffic(landing: Path, batch: int = 0, date: str | None = None) -> list[Path]:
+    """Write one batch of demo traffic into the landing folders of sources shop and lindorm."""
+    day = date or dt.datetime.now(dt.UTC).date().isoformat()
+    start_ms = int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp() * 1000)
+    rng = random.Random(batch)
+    written = []
+    for source, name, lines in (
+        ("shop", f"{batch:05d}.kafka.jsonl", debezium_records(batch, start_ms, rng)),
+        ("lindorm", f"{batch:05d}.jsonl", lindorm_messages(batch, start_ms)),
+    ):
+        folder = landing / source / f"dt={day}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        tmp.rename(path)  # appear whole: a sensor never sees half a file
+        written.append(path)
+    return written

@@ -1,0 +1,47 @@
+"""The code location loads, its asset keys are the expected ones, and workspace.yaml validates."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from cdc_platform.definitions import defs
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOT = Path(__file__).with_name("asset_keys.txt")
+
+
+def test_definitions_load_and_match_snapshot():
+    d = defs()
+    dg.Definitions.validate_loadable(d)
+    graph = d.resolve_asset_graph()
+    keys = sorted(k.to_user_string() for k in graph.get_all_asset_keys())
+    assert keys == SNAPSHOT.read_text().split()
+
+
+def test_each_table_has_raw_changelog_and_current_in_its_source_group():
+    graph = defs().resolve_asset_graph()
+    current = graph.get(dg.AssetKey(["current", "shop", "customers"]))
+    changelog = graph.get(dg.AssetKey(["changelog", "shop", "customers"]))
+    assert set(current.parent_keys) == {changelog.key}
+    assert set(changelog.parent_keys) == {dg.AssetKey(["raw", "shop"])}
+    assert {current.group_name, changelog.group_name} == {"shop"}
+    assert changelog.partitions_def is not None and current.partitions_def is None
+    assert current.automation_condition is not None
+
+
+def test_workspace_yaml_loads():
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [str(bin_dir / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "All code locations passed validation" in done.stderr + done.stdout
