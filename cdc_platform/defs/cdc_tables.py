@@ -8,6 +8,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from cdc_platform import pipeline
 from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
+from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES
 from cdc_platform.defs.metadata import delta_metadata, preview
 from cdc_platform.defs.partitions import daily
 from cdc_platform.defs.resources import LakeResource, spark_session
@@ -146,7 +147,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         deps=[asset_key(delta.CHANGELOG, source.name, table.name)],
         group_name=source.name,
         kinds={"spark", "delta"},
-        automation_condition=dg.AutomationCondition.eager(),
+        automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
         description=(
             f"Current state of `{table.match}`: one row per primary key, typed columns, built by "
             "merging change-log batches by sequence (late or replayed events never overwrite "
