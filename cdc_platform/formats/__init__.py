@@ -1,16 +1,31 @@
 """Wire formats. Each module turns raw messages into canonical parsed records with Spark functions.
 
-A format module exposes ``NAME``, ``OPTIONS`` (option name -> allowed values), ``parse(raw,
-options) -> DataFrame`` (``canonical.PARSED_SCHEMA`` columns added to the raw columns) and
-``column_specs(value_schema) -> dict[str, ColumnSpec]`` (types from the format's own schema text).
+A format module exposes:
+- ``NAME`` and ``OPTIONS`` (option name -> allowed values);
+- ``parse(raw, options) -> DataFrame``: the raw columns plus ``canonical.PARSED_SCHEMA``'s (one
+  row per row change: a message holding several rows yields several records);
+- ``column_specs(value_schema) -> dict[str, ColumnSpec]``: column types from the format's own
+  schema text, read on the driver for the few distinct values of a batch;
+- ``claims(keys, value) -> Column``: true when a message looks like this format (``keys``: the
+  top-level JSON keys, null when the value is not a JSON object), for ``format: auto``.
 """
 
+import importlib
 from types import ModuleType
 
-from cdc_platform.formats import debezium
-
-# "lindorm" is Debezium Format V2.0: the same parser, named for users who look for it.
-FORMATS: dict[str, ModuleType] = {"debezium": debezium, "lindorm": debezium}
+# name -> module; modules are imported on first use.
+FORMATS: dict[str, str] = {
+    "debezium": "cdc_platform.formats.debezium",
+    # Lindorm change subscription is Debezium Format V2.0: the same parser, under its own name.
+    "lindorm": "cdc_platform.formats.debezium",
+    "dataworks": "cdc_platform.formats.dataworks",  # DataWorks Kafka JSON and DataHub Blob
+    "datahub-tuple": "cdc_platform.formats.datahub_tuple",
+    "dts-avro": "cdc_platform.formats.dts_avro",
+    "shareplex": "cdc_platform.formats.shareplex",
+    "canal": "cdc_platform.formats.canal",
+    "maxwell": "cdc_platform.formats.maxwell",
+    "ogg": "cdc_platform.formats.ogg",
+}
 
 
 def format_names() -> list[str]:
@@ -19,10 +34,9 @@ def format_names() -> list[str]:
 
 def parser_for(name: str) -> ModuleType:
     """The format module for ``name``; ValueError naming the known formats otherwise."""
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise ValueError(f"unknown format {name!r} (known: {', '.join(format_names())})") from None
+    if name not in FORMATS:
+        raise ValueError(f"unknown format {name!r} (known: {', '.join(format_names())})")
+    return importlib.import_module(FORMATS[name])
 
 
 def validate_options(name: str, options: dict[str, str]) -> None:

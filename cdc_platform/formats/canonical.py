@@ -37,6 +37,9 @@ PARSED_SCHEMA = T.StructType(
         T.StructField("key_columns", T.ArrayType(T.StringType())),
         T.StructField("before_image", IMAGE),
         T.StructField("after_image", IMAGE),
+        # True when after_image holds only the changed columns (SharePlex updates): columns
+        # absent from it keep their previous values. False: a full row image, absent = null.
+        T.StructField("after_partial", T.BooleanType()),
         # Format-specific description of the image columns (e.g. the Kafka Connect schema), read
         # on the driver for the few distinct values of a batch to type the columns.
         T.StructField("value_schema", T.StringType()),

@@ -162,6 +162,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         .alias("key_columns"),
         before.alias("before_image"),
         after.alias("after_image"),
+        F.lit(False).alias("after_partial"),
         value_schema.alias("value_schema"),
         F.when(is_hbase, F.lit("hbase")).otherwise(F.lit("json")).alias("image_encoding"),
         _source_sequence(src, ts_ms).alias("source_sequence"),
@@ -185,3 +186,25 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
         for field in image.get("fields", [])
         if isinstance(field, dict) and "field" in field
     }
+
+
+def claims(keys: Column, value: Column) -> Column:
+    """A Debezium envelope (bare or under ``payload``), heartbeat or transaction marker."""
+
+    def has(k: str) -> Column:
+        return F.array_contains(keys, k)
+
+    payload_op = F.get_json_object(value, "$.payload.op")
+    enveloped = (
+        has("schema")
+        & has("payload")
+        & (
+            (F.length(payload_op) == 1)
+            | F.get_json_object(value, "$.payload.ddl").isNotNull()
+            | F.get_json_object(value, "$.payload.status").isNotNull()
+        )
+    )
+    bare = has("op") & has("source") & (has("before") | has("after"))
+    heartbeat = (F.size(keys) == 1) & has("ts_ms")
+    tx_marker = has("status") & has("id") & has("event_count")
+    return enveloped | bare | heartbeat | tx_marker

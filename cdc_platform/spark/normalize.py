@@ -207,7 +207,10 @@ def type_changes(changes: DataFrame, plan: TablePlan) -> tuple[DataFrame, DataFr
     changelog = typed.where(F.col("reason").isNull()).select(
         "op", "database", "schema", "table",
         F.struct(*[key_image[k].alias(k) for k in plan.key]).alias("key"),
-        "before", "after", "sequence", "event_time", "tx_id", "source_format",
+        "before", "after",
+        # Which columns a partial after image carries (null: a full image).
+        F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
+        "sequence", "event_time", "tx_id", "source_format",
         "topic", "partition", "offset", "file", "line", "ingest_date",
     )  # fmt: skip
     return changelog, to_quarantine(typed.where(F.col("reason").isNotNull()))
