@@ -169,10 +169,12 @@ def merge_current(
         )
     rows = apply.latest_per_key(batch, key, truncated_before).toArrow()
     if full_refresh:
-        lake.replace(cur_uri, rows, new_state)
+        lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state)
         metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
     else:
-        metrics = lake.upsert_newer(cur_uri, rows, key, C.SEQUENCE_COL, new_state)
+        metrics = lake.upsert_newer(
+            cur_uri, rows, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
+        )
     live, deleted = _live_counts(spark, cur_uri)
     return MergeResult(
         int(metrics.get("num_target_rows_inserted", 0)),

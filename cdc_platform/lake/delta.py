@@ -124,26 +124,40 @@ def _quote(name: str) -> str:
 
 
 def upsert_newer(
-    uri: str, data: pa.Table, key: list[str], sequence: str, state: dict[str, Any]
+    uri: str, data: pa.Table, key: list[str], sequence: str, partial: str, state: dict[str, Any]
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
     The sequence condition makes the merge idempotent and order-insensitive: replaying a batch,
-    or a late, older batch, leaves newer rows untouched.
+    or a late, older batch, leaves newer rows untouched. A row whose ``partial`` column lists
+    columns updates only those (and the ``__`` bookkeeping); the rest keep their values.
     """
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
     if not exists(uri):
-        write_deltalake(uri, data, mode="append", commit_properties=props)
+        write_deltalake(uri, data.drop_columns([partial]), mode="append", commit_properties=props)
         return {"num_target_rows_inserted": data.num_rows, "num_target_rows_updated": 0}
+    target = set(arrow_schema(uri).names)
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
     newer = f"s.{_quote(sequence)} > t.{_quote(sequence)}"
+    p = f"s.{_quote(partial)}"
+
+    def carried(col: str) -> str:
+        if col.startswith("__"):
+            return f"s.{_quote(col)}"
+        kept = f" ELSE t.{_quote(col)}" if col in target else ""
+        return f"CASE WHEN array_contains({p}, '{col}') THEN s.{_quote(col)}{kept} END"
+
+    columns = [c for c in data.column_names if c != partial]
     return (
         DeltaTable(uri)
         .merge(
             data, on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props
         )
-        .when_matched_update_all(predicate=newer)
-        .when_not_matched_insert_all()
+        .when_matched_update_all(predicate=f"{newer} AND {p} IS NULL", except_cols=[partial])
+        .when_matched_update(
+            {c: carried(c) for c in columns}, predicate=f"{newer} AND {p} IS NOT NULL"
+        )
+        .when_not_matched_insert_all(except_cols=[partial])
         .execute()
     )
 

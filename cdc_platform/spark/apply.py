@@ -12,6 +12,8 @@ from pyspark.sql import functions as F
 from cdc_platform.formats import canonical as C
 
 ROW_OPS = (C.INSERT, C.UPDATE, C.DELETE, C.READ)
+# Merge-only column: which columns a row carries when the batch has no full image of it.
+PARTIAL_COL = "__columns"
 
 
 def latest_truncate(changelog: DataFrame) -> str | None:
@@ -21,39 +23,55 @@ def latest_truncate(changelog: DataFrame) -> str | None:
 
 
 def latest_per_key(changelog: DataFrame, key: list[str], truncated_before: str | None) -> DataFrame:
-    """Current-table rows for the keys the batch touches: user columns + ``__*`` metadata."""
+    """Current-table rows for the keys the batch touches: user columns, ``__*`` metadata, and
+    ``__columns`` (null when the batch gives the whole row; otherwise the columns it carries,
+    the others keeping their values in the table)."""
     changes = changelog.where(F.col("op").isin(*ROW_OPS))
     if truncated_before:
         changes = changes.where(F.col("sequence") > F.lit(truncated_before))
-    columns = [f.name for f in changelog.schema["after"].dataType.fields]
+    image_type = changelog.schema["after"].dataType
+    columns = [f.name for f in image_type.fields]
     before_key = F.struct(*[F.col("before")[k].alias(k) for k in key])
     after_key = F.struct(*[F.col("after")[k].alias(k) for k in key])
-    # An update that changes the key moves the row: the old key gets a tombstone.
     before_key_complete = F.col("before").isNotNull()
     for k in key:
         before_key_complete = before_key_complete & F.col("before")[k].isNotNull()
+    no_columns = F.lit(None).cast("array<string>")
+    # An update that changes the key moves the row: the old key gets a tombstone.
     moved = changes.where(
         (F.col("op") == C.UPDATE) & before_key_complete & (before_key != after_key)
     ).select(
-        before_key.alias("k"), F.lit(None).cast(changelog.schema["after"].dataType).alias("image"),
-        "sequence", F.lit(C.DELETE).alias("op"), "event_time",
+        before_key.alias("k"), F.lit(None).cast(image_type).alias("image"),
+        no_columns.alias("present"), "sequence", F.lit(C.DELETE).alias("op"), "event_time",
     )  # fmt: skip
     rows = changes.select(
         F.col("key").alias("k"),
         F.when(F.col("op") != C.DELETE, F.col("after")).alias("image"),
-        "sequence",
-        "op",
-        "event_time",
-    ).unionByName(moved)
+        F.when(F.col("op") != C.DELETE, F.col("after_columns")).alias("present"),
+        "sequence", "op", "event_time",
+    ).unionByName(moved)  # fmt: skip
+
+    def newest_carrying(c: str) -> F.Column:
+        # A partial image carries only some columns: each column takes its value from the
+        # newest event that carries it (a full image or a delete carries all of them).
+        carries = F.col("present").isNull() | F.array_contains("present", c)
+        return F.max_by(F.col("image")[c], F.when(carries, F.col("sequence"))).alias(c)
+
+    full_in_batch = F.max(F.when(F.col("present").isNull(), F.lit(1))).isNotNull()
     newest = rows.groupBy("k").agg(
-        F.max_by(F.struct("image", "sequence", "op", "event_time"), "sequence").alias("n")
+        *[newest_carrying(c) for c in columns if c not in key],
+        F.max_by(F.struct("sequence", "op", "event_time"), "sequence").alias("n"),
+        F.when(~full_in_batch, F.array_distinct(F.flatten(F.collect_list("present")))).alias(
+            PARTIAL_COL
+        ),
     )
     return newest.select(
-        *[(F.col("k")[c] if c in key else F.col("n.image")[c]).alias(c) for c in columns],
+        *[(F.col("k")[c] if c in key else F.col(c)).alias(c) for c in columns],
         F.col("n.sequence").alias(C.SEQUENCE_COL),
         F.col("n.op").alias(C.OP_COL),
         F.col("n.event_time").alias(C.EVENT_TIME_COL),
         (F.col("n.op") == C.DELETE).alias(C.DELETED_COL),
+        PARTIAL_COL,
     )
 
 

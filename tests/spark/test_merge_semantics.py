@@ -1,0 +1,93 @@
+"""Current-state merge semantics on hand-built change-log batches."""
+
+import pytest
+
+from cdc_platform import pipeline
+from cdc_platform.lake import delta as lake
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = (
+    "op string, key struct<id:int>, before struct<id:int,a:string,b:string>, "
+    "after struct<id:int,a:string,b:string>, after_columns array<string>, sequence string, "
+    "event_time timestamp, ingest_date date"
+)
+
+
+def _change(op, seq, id_, a=None, b=None, cols=None, before_id=None):
+    after = None if op in ("d", "t") else (id_, a, b)
+    before = (before_id if before_id is not None else id_, None, None) if op in ("d", "u") else None
+    key = None if op == "t" else (id_ if op != "d" else before[0],)
+    return (op, key, before, after, cols, f"{seq:05d}", None, None)
+
+
+def _write_batch(spark, warehouse, day, changes):
+    df = spark.createDataFrame(changes, SCHEMA).selectExpr(
+        "*", f"cast('{day}' as date) as ingest_date_"
+    ).drop("ingest_date").withColumnRenamed("ingest_date_", "ingest_date")
+    uri = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
+    lake.overwrite_partitions(uri, df.toArrow(), [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
+
+
+def _state(spark, warehouse):
+    pipeline.merge_current(spark, warehouse, "s", "t")
+    rows = pipeline.current_rows(spark, warehouse, "s", "t")
+    return sorted(tuple(r.values()) for r in rows.toArrow().to_pylist())
+
+
+def test_partial_update_keeps_other_columns(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a1", "b1")])
+    assert _state(spark, warehouse) == [(1, "a1", "b1")]
+    _write_batch(spark, warehouse, "2026-01-02", [_change("u", 2, 1, a="A", cols=["id", "a"])])
+    assert _state(spark, warehouse) == [(1, "A", "b1")]
+
+
+def test_partial_updates_fold_within_a_batch(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 1, 1, "a1", "b1"),
+        _change("u", 3, 1, b="B3", cols=["id", "b"]),
+        _change("u", 2, 1, a="A2", cols=["id", "a"]),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(1, "A2", "B3")]
+
+
+def test_late_older_events_and_deletes_do_not_resurrect(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-02", [
+        _change("c", 5, 1, "new", "new"), _change("d", 6, 2),
+    ])  # fmt: skip
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("u", 4, 1, "old", "old"), _change("c", 3, 2, "late", "late"),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(1, "new", "new")]
+
+
+def test_key_change_moves_the_row(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 1, 1, "a", "b"), _change("u", 2, 9, "a", "b", before_id=1),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(9, "a", "b")]
+
+
+def test_truncate_empties_older_rows_only(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a", "b")])
+    _state(spark, warehouse)
+    _write_batch(spark, warehouse, "2026-01-02", [
+        _change("t", 2, None), _change("c", 3, 2, "x", "y"),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(2, "x", "y")]
+    _write_batch(spark, warehouse, "2026-01-03", [_change("c", 1, 5, "too", "late")])
+    assert _state(spark, warehouse) == [(2, "x", "y")]
+
+
+def test_rebuilding_and_replaying_converge(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 1, 1, "a", "b"), _change("c", 2, 2, "c", "d"), _change("d", 3, 1),
+    ])  # fmt: skip
+    first = _state(spark, warehouse)
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 1, 1, "a", "b"), _change("c", 2, 2, "c", "d"), _change("d", 3, 1),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == first == [(2, "c", "d")]
+    pipeline.merge_current(spark, warehouse, "s", "t", full_refresh=True)
+    rows = pipeline.current_rows(spark, warehouse, "s", "t").toArrow().to_pylist()
+    assert sorted(tuple(r.values()) for r in rows) == first
