@@ -69,7 +69,7 @@ class SourceConfig(_Strict):
     name: str
     transport: Literal["files"] = "files"
     location: str | None = Field(None, description="landing folder; default <landing>/<name>")
-    format: str = "debezium"
+    format: str = "auto"
     format_options: dict[str, str] = Field(default_factory=dict)
     tables: list[TableConfig] = Field(default_factory=list)
 

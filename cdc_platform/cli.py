@@ -47,9 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help="raw -> changelog -> current for every table in INPUTs")
     r.add_argument("inputs", nargs="+", metavar="INPUT", help="landing files or folders")
     r.add_argument("--warehouse", required=True, type=Path)
-    r.add_argument(
-        "--format", default="debezium", help=f"one of {', '.join(formats.format_names())}"
-    )
+    r.add_argument("--format", default="auto", help=f"one of {', '.join(formats.format_names())}")
     r.add_argument("--primary-key", help="COL[,COL]: key of every table in the inputs")
     r.add_argument("--format-option", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--column-type", action="append", default=[], metavar="COL=TYPE")

@@ -15,7 +15,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_platform.catalog import SourceConfig
+from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
@@ -32,6 +32,7 @@ class TableChanges:
     ops: dict[str, int]
     version: int | None
     max_event_time: datetime | None = None
+    declared: bool = True
 
 
 @dataclass
@@ -86,7 +87,6 @@ def normalize_source(
     warehouse: Path,
     source: SourceConfig,
     dates: list[str],
-    route_undeclared: bool,
     key_override: list[str] | None = None,
     types_override: dict[str, str] | None = None,
 ) -> NormalizeResult:
@@ -103,15 +103,13 @@ def normalize_source(
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
         changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-        plans = normalize.plan_tables(
-            changes, source, route_undeclared, key_override, types_override
-        )
+        plans = normalize.plan_tables(changes, source, key_override, types_override)
         quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
         for plan in plans.values():
             changelog, rejected = normalize.type_changes(changes, plan)
             quarantine.append(rejected)
             if plan.problem and not plan.declared:
-                continue
+                continue  # its rows are in quarantine with the reason; no empty table for it
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             data = changelog.toArrow()
             version = lake.overwrite_partitions(
@@ -130,6 +128,7 @@ def normalize_source(
                 {r["op"]: r["op_count"] for r in ops},
                 version,
                 pc.max(data["event_time"]).as_py(),
+                plan.declared,
             )
         q = _write_quarantine(warehouse, source.name, quarantine, dates)
         reasons = q.groupBy("reason").count().collect()
@@ -210,7 +209,6 @@ def replay(
         warehouse,
         source,
         sorted(by_date),
-        route_undeclared=True,
         key_override=key_override,
         types_override=types_override,
     )
@@ -224,6 +222,19 @@ def replay(
             "rows": merged.rows,
         }
     return summary, result
+
+
+def routed_tables(warehouse: Path, source: SourceConfig) -> list[TableConfig]:
+    """Tables of ``source`` that normalization routed without a declaration, as table configs
+    (name and qualified source name), so the Dagster layer can give them assets too."""
+    declared = {t.name for t in source.tables}
+    found = []
+    for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
+        name = Path(uri).name
+        if name not in declared:
+            qualified = lake.state(uri).get("qualified", name)
+            found.append(TableConfig(name=name, source_table=qualified))
+    return found
 
 
 def _live_counts(spark: SparkSession, cur_uri: str) -> tuple[int, int]:

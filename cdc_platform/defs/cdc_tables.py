@@ -60,8 +60,13 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
     return raw
 
 
-def build_changelog_asset(source: SourceConfig) -> dg.AssetsDefinition:
-    """One Spark pass over the raw partitions writes every table's change log and the quarantine."""
+def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg.AssetsDefinition:
+    """One Spark pass over the raw partitions writes every table's change log and the quarantine.
+
+    ``tables`` are the declared tables plus those routed earlier without a declaration; a table
+    seen for the first time is routed too (its change log is written) and reported, and gets its
+    assets when the code location reloads.
+    """
     deps = [asset_key(delta.RAW, source.name)]
     specs = [
         dg.AssetSpec(
@@ -76,7 +81,7 @@ def build_changelog_asset(source: SourceConfig) -> dg.AssetsDefinition:
                 "coordinates), partitioned like raw."
             ),
         )
-        for t in source.tables
+        for t in tables
     ]
     specs.append(
         dg.AssetSpec(
@@ -105,9 +110,15 @@ def build_changelog_asset(source: SourceConfig) -> dg.AssetsDefinition:
             lake.warehouse_path,
             source,
             context.partition_keys,
-            route_undeclared=False,
         )
-        for table in source.tables:
+        known = {t.name for t in tables}
+        new_tables = sorted(t.qualified for t in result.tables.values() if t.name not in known)
+        if new_tables:
+            context.log.warning(
+                f"routed tables without assets yet: {', '.join(new_tables)}; reload the code "
+                "location (Reload definitions) to see their assets"
+            )
+        for table in tables:
             written = result.tables.get(table.name)
             ops = written.ops if written else {}
             uri = delta.table_uri(lake.warehouse_path, delta.CHANGELOG, source.name, table.name)
@@ -128,6 +139,7 @@ def build_changelog_asset(source: SourceConfig) -> dg.AssetsDefinition:
                 "messages": result.messages,
                 "control_messages": result.control,
                 "ddl_messages": result.ddl,
+                "new_routed_tables": dg.MetadataValue.json(new_tables),
                 **delta_metadata(
                     delta.table_uri(lake.warehouse_path, delta.QUARANTINE, source.name)
                 ),
@@ -179,9 +191,10 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
 def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     """Everything one source contributes: assets, its ingest job and landing sensor."""
     landing_dir = catalog.landing_for(source)
+    tables = [*source.tables, *pipeline.routed_tables(catalog.warehouse_path, source)]
     raw = build_raw_asset(source, landing_dir)
-    changelog = build_changelog_asset(source)
-    currents = [build_current_asset(source, t) for t in source.tables]
+    changelog = build_changelog_asset(source, tables)
+    currents = [build_current_asset(source, t) for t in tables]
     job = dg.define_asset_job(
         f"{source.name}__ingest",
         selection=dg.AssetSelection.assets(raw, changelog),

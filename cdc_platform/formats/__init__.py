@@ -15,6 +15,7 @@ from types import ModuleType
 
 # name -> module; modules are imported on first use.
 FORMATS: dict[str, str] = {
+    "auto": "cdc_platform.formats.detect",  # recognise each message by its structure
     "debezium": "cdc_platform.formats.debezium",
     # Lindorm change subscription is Debezium Format V2.0: the same parser, under its own name.
     "lindorm": "cdc_platform.formats.debezium",

@@ -35,6 +35,14 @@ def table_uri(warehouse: Path, layer: str, source: str, table: str | None = None
     return str(Path(warehouse, *key_path(layer, source, table)))
 
 
+def tables_under(warehouse: Path, layer: str, source: str) -> list[str]:
+    """URIs of the Delta tables of one source in one layer, by name."""
+    folder = Path(warehouse, layer, source)
+    if not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.iterdir() if exists(str(p)))
+
+
 def exists(uri: str) -> bool:
     return DeltaTable.is_deltatable(uri)
 

@@ -82,14 +82,17 @@ def _match(qualified: str, tables: list[TableConfig]) -> TableConfig | None:
 def plan_tables(
     changes: DataFrame,
     source: SourceConfig,
-    route_undeclared: bool,
     key_override: list[str] | None = None,
     types_override: dict[str, str] | None = None,
 ) -> dict[str, TablePlan]:
     """Decide key and column types of every table in ``changes`` (one small aggregation)."""
-    parser = formats.parser_for(source.format)
     groups = (
-        changes.groupBy("qualified_table", "image_encoding", F.xxhash64("value_schema").alias("h"))
+        changes.groupBy(
+            "qualified_table",
+            "source_format",
+            "image_encoding",
+            F.xxhash64("value_schema").alias("h"),
+        )
         .agg(
             F.first("value_schema", ignorenulls=True).alias("value_schema"),
             F.collect_set("key_columns").alias("keys"),
@@ -116,13 +119,12 @@ def plan_tables(
         if plan is None:
             name = cfg.name if cfg else table_name(qualified)
             plan = plans[qualified] = TablePlan(name, qualified, [], {}, declared=cfg is not None)
-            if cfg is None and not route_undeclared:
-                plan.problem = f"table {qualified} is not declared in source {source.name}"
         if g["image_encoding"] == "hbase":
             plan.hbase = True
         # Later schema versions override earlier ones; column order follows first appearance.
         if g["value_schema"]:
             try:
+                parser = formats.parser_for(g["source_format"])
                 plan.specs.update(parser.column_specs(g["value_schema"]))
             except (ValueError, TypeError, AttributeError, KeyError):
                 pass  # an unreadable schema leaves the columns to config or string

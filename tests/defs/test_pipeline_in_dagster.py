@@ -89,3 +89,28 @@ def test_landing_sensor_requests_each_changed_date_once(catalog):
     third = sensor(dg.build_sensor_context(cursor=first.cursor))
     assert sorted(r.partition_key for r in third.run_requests) == [DAY, later]
     assert set(json.loads(third.cursor)) == {DAY, later}
+
+
+def test_undeclared_tables_are_routed_and_get_assets_on_reload(spark, catalog):
+    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    extra = catalog.landing_path / "shop" / f"dt={DAY}" / "zz-products.kafka.jsonl"
+    value = {"before": None, "after": {"id": 7, "name": "drill"}, "op": "c",
+             "source": {"db": "inventory", "table": "products", "file": "mysql-bin.000001",
+                        "pos": 9, "row": 0, "ts_ms": 1}}  # fmt: skip
+    extra.write_text(json.dumps({"offset": 0, "key": {"id": 7}, "value": value}) + "\n")
+    resources = build_resources(catalog)
+    assets = _assets(catalog, "shop")
+    partitioned = [a for a in assets if a.partitions_def is not None]
+    result = dg.materialize(partitioned, resources=resources, partition_key=DAY)
+    quarantine = next(
+        m.metadata
+        for m in result.asset_materializations_for_node("shop__changelog")
+        if m.asset_key.to_user_string() == "quarantine/shop"
+    )
+    assert quarantine["new_routed_tables"].data == ["inventory.products"]
+
+    reloaded = dg.Definitions.merge(
+        build_source_defs(catalog.source("shop"), catalog), dg.Definitions(resources=resources)
+    )
+    keys = {k.to_user_string() for k in reloaded.resolve_asset_graph().get_all_asset_keys()}
+    assert {"changelog/shop/inventory__products", "current/shop/inventory__products"} <= keys
