@@ -7,7 +7,7 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from cdc_platform.catalog import Catalog
-from cdc_platform.spark.session import DEFAULT_CONF, ensure_java
+from cdc_platform.spark.session import DEFAULT_CONF, prepare_local
 
 
 class LakeResource(dg.ConfigurableResource):
@@ -23,7 +23,7 @@ class LakeResource(dg.ConfigurableResource):
 
 def spark_session(spark: LazyPySparkResource) -> SparkSession:
     """The run's SparkSession (created on first use; the in-process executor shares it)."""
-    ensure_java()
+    prepare_local()
     return spark.spark_session
 
 

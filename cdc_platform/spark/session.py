@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -55,6 +56,14 @@ def ensure_java() -> str:
     return os.environ["JAVA_HOME"]
 
 
+def prepare_local() -> None:
+    """Environment a local session needs: a JDK, and Python workers (``mapInArrow``, used by
+    the DTS Avro decoder) running this interpreter, which has pyarrow, not whatever ``python3``
+    is first on PATH."""
+    ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
 def get_spark(
     master: str = "local[*]",
     conf: dict[str, str] | None = None,
@@ -66,7 +75,7 @@ def get_spark(
     if remote:
         builder = builder.remote(remote)
     else:
-        ensure_java()
+        prepare_local()
         builder = builder.master(master)
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
