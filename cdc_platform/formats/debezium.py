@@ -195,12 +195,14 @@ def claims(keys: Column, value: Column) -> Column:
         return F.array_contains(keys, k)
 
     payload_op = F.get_json_object(value, "$.payload.op")
+    payload_ddl = F.get_json_object(value, "$.payload.ddl")
     enveloped = (
         has("schema")
         & has("payload")
         & (
             (F.length(payload_op) == 1)
-            | F.get_json_object(value, "$.payload.ddl").isNotNull()
+            # Debezium's schema-change ddl is a string; DataWorks' is an object {text, ddlMeta}
+            | (payload_ddl.isNotNull() & ~payload_ddl.startswith("{"))
             | F.get_json_object(value, "$.payload.status").isNotNull()
         )
     )
