@@ -103,7 +103,12 @@ def normalize_source(
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
         changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-        plans = normalize.plan_tables(changes, source, key_override, types_override)
+        known = {
+            st["qualified"]: (st["key"], lake.image_types(uri))
+            for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
+            if "key" in (st := lake.state(uri))
+        }
+        plans = normalize.plan_tables(changes, source, key_override, types_override, known)
         quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
         for plan in plans.values():
             changelog, rejected = normalize.type_changes(changes, plan)

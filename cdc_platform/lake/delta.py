@@ -13,7 +13,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
 RAW = "raw"
 CHANGELOG = "changelog"
@@ -190,6 +190,12 @@ def state(uri: str) -> dict[str, Any]:
         if STATE_KEY in commit:
             return json.loads(commit[STATE_KEY])
     return {}
+
+
+def image_types(uri: str) -> dict[str, str]:
+    """Spark SQL types of a change-log table's image columns (its ``after`` struct)."""
+    after = arrow_schema(uri).field("after").type
+    return {f.name: from_arrow_type(f.type).simpleString() for f in after}
 
 
 def describe(uri: str) -> dict[str, Any]:

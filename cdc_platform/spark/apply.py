@@ -38,39 +38,43 @@ def latest_per_key(changelog: DataFrame, key: list[str], truncated_before: str |
         before_key_complete = before_key_complete & F.col("before")[k].isNotNull()
     no_columns = F.lit(None).cast("array<string>")
     # An update that changes the key moves the row: the old key gets a tombstone.
+    # Internal columns are named "__*" so that no user column (an "op", a "sequence") can be
+    # mistaken for them when the aggregation below names its outputs after user columns.
     moved = changes.where(
         (F.col("op") == C.UPDATE) & before_key_complete & (before_key != after_key)
     ).select(
-        before_key.alias("k"), F.lit(None).cast(image_type).alias("image"),
-        no_columns.alias("present"), "sequence", F.lit(C.DELETE).alias("op"), "event_time",
+        before_key.alias("__k"), F.lit(None).cast(image_type).alias("__image"),
+        no_columns.alias("__present"), F.col("sequence").alias("__seq"),
+        F.lit(C.DELETE).alias("__op"), F.col("event_time").alias("__time"),
     )  # fmt: skip
     rows = changes.select(
-        F.col("key").alias("k"),
-        F.when(F.col("op") != C.DELETE, F.col("after")).alias("image"),
-        F.when(F.col("op") != C.DELETE, F.col("after_columns")).alias("present"),
-        "sequence", "op", "event_time",
+        F.col("key").alias("__k"),
+        F.when(F.col("op") != C.DELETE, F.col("after")).alias("__image"),
+        F.when(F.col("op") != C.DELETE, F.col("after_columns")).alias("__present"),
+        F.col("sequence").alias("__seq"), F.col("op").alias("__op"),
+        F.col("event_time").alias("__time"),
     ).unionByName(moved)  # fmt: skip
 
     def newest_carrying(c: str) -> F.Column:
         # A partial image carries only some columns: each column takes its value from the
         # newest event that carries it (a full image or a delete carries all of them).
-        carries = F.col("present").isNull() | F.array_contains("present", c)
-        return F.max_by(F.col("image")[c], F.when(carries, F.col("sequence"))).alias(c)
+        carries = F.col("__present").isNull() | F.array_contains("__present", c)
+        return F.max_by(F.col("__image")[c], F.when(carries, F.col("__seq"))).alias(c)
 
-    full_in_batch = F.max(F.when(F.col("present").isNull(), F.lit(1))).isNotNull()
-    newest = rows.groupBy("k").agg(
+    full_in_batch = F.max(F.when(F.col("__present").isNull(), F.lit(1))).isNotNull()
+    newest = rows.groupBy("__k").agg(
         *[newest_carrying(c) for c in columns if c not in key],
-        F.max_by(F.struct("sequence", "op", "event_time"), "sequence").alias("n"),
-        F.when(~full_in_batch, F.array_distinct(F.flatten(F.collect_list("present")))).alias(
+        F.max_by(F.struct("__seq", "__op", "__time"), "__seq").alias("__n"),
+        F.when(~full_in_batch, F.array_distinct(F.flatten(F.collect_list("__present")))).alias(
             PARTIAL_COL
         ),
     )
     return newest.select(
-        *[(F.col("k")[c] if c in key else F.col(c)).alias(c) for c in columns],
-        F.col("n.sequence").alias(C.SEQUENCE_COL),
-        F.col("n.op").alias(C.OP_COL),
-        F.col("n.event_time").alias(C.EVENT_TIME_COL),
-        (F.col("n.op") == C.DELETE).alias(C.DELETED_COL),
+        *[(F.col("__k")[c] if c in key else F.col(c)).alias(c) for c in columns],
+        F.col("__n.__seq").alias(C.SEQUENCE_COL),
+        F.col("__n.__op").alias(C.OP_COL),
+        F.col("__n.__time").alias(C.EVENT_TIME_COL),
+        (F.col("__n.__op") == C.DELETE).alias(C.DELETED_COL),
         PARTIAL_COL,
     )
 

@@ -38,7 +38,7 @@ def raw_position() -> Column:
         F.col("offset").isNotNull(),
         F.concat(
             F.lit("k"),
-            F.lpad(F.col("partition").cast("string"), 6, "0"),
+            F.lpad(F.coalesce(F.col("partition"), F.lit(0)).cast("string"), 6, "0"),
             F.lpad(F.col("offset").cast("string"), 20, "0"),
         ),
     ).otherwise(
@@ -84,8 +84,13 @@ def plan_tables(
     source: SourceConfig,
     key_override: list[str] | None = None,
     types_override: dict[str, str] | None = None,
+    known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
 ) -> dict[str, TablePlan]:
-    """Decide key and column types of every table in ``changes`` (one small aggregation)."""
+    """Decide key and column types of every table in ``changes`` (one small aggregation).
+
+    ``known``: key and image column types of tables already in the change log, by qualified
+    name, for batches that do not name them (e.g. one holding only a truncate).
+    """
     groups = (
         changes.groupBy(
             "qualified_table",
@@ -137,12 +142,25 @@ def plan_tables(
         cfg = _match(qualified, source.tables)
         configured = {**(cfg.column_types if cfg else {}), **(types_override or {})}
         for col, sql_type in configured.items():
-            plan.specs[col] = hbase_spec(sql_type) if plan.hbase else ColumnSpec(sql_type)
+            if plan.hbase:
+                plan.specs[col] = hbase_spec(sql_type)
+            elif plan.specs.get(col, STRING).type != sql_type:
+                # Same type as the format says: keep the format's decoder (base64 bytes, ...).
+                plan.specs[col] = ColumnSpec(sql_type)
         if plan.hbase:
             for col, spec in plan.specs.items():
                 if col not in configured:
                     plan.specs[col] = hbase_spec(None if spec == STRING else spec.type)
-        plan.key = list(key_override or (cfg.primary_key if cfg else None) or plan.observed_key)
+        plan.key = list(
+            key_override
+            or (cfg.primary_key if cfg else None)
+            or plan.observed_key
+            or (known or {}).get(qualified, ([], {}))[0]
+        )
+        known_types = (known or {}).get(qualified, ([], {}))[1]
+        for k in plan.key:
+            if k not in plan.specs and k in known_types:
+                plan.specs[k] = ColumnSpec(known_types[k])
         missing = [k for k in plan.key if k not in plan.specs]
         if plan.problem:
             continue
