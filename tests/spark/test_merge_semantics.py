@@ -22,9 +22,12 @@ def _change(op, seq, id_, a=None, b=None, cols=None, before_id=None):
 
 
 def _write_batch(spark, warehouse, day, changes):
-    df = spark.createDataFrame(changes, SCHEMA).selectExpr(
-        "*", f"cast('{day}' as date) as ingest_date_"
-    ).drop("ingest_date").withColumnRenamed("ingest_date_", "ingest_date")
+    df = (
+        spark.createDataFrame(changes, SCHEMA)
+        .selectExpr("*", f"cast('{day}' as date) as ingest_date_")
+        .drop("ingest_date")
+        .withColumnRenamed("ingest_date_", "ingest_date")
+    )
     uri = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
     lake.overwrite_partitions(uri, df.toArrow(), [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
 

@@ -1,0 +1,68 @@
+"""sources.yaml validation: good files load, bad ones fail with one line naming the key."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdc_platform.catalog import CatalogError, load_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "sources.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_demo_catalog_loads_with_paths_relative_to_the_file(monkeypatch):
+    monkeypatch.delenv("CDC_WAREHOUSE", raising=False)
+    catalog = load_catalog(ROOT / "sources.yaml")
+    assert [s.name for s in catalog.sources] == ["shop", "lindorm"]
+    assert catalog.warehouse_path == ROOT / "var" / "warehouse"
+    assert catalog.source("lindorm").tables[0].column_types == {
+        "f_name": "string",
+        "f_city": "string",
+    }
+
+
+def test_environment_overrides_storage(tmp_path, monkeypatch):
+    monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "w"))
+    assert load_catalog(ROOT / "sources.yaml").warehouse_path == tmp_path / "w"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sources: [{name: a, format: nope}]", "sources.0: unknown format 'nope'"),
+        ("sources: [{name: a, colour: red}]", "sources.0.colour: Extra inputs are not permitted"),
+        ("sources: [{name: a, tables: [{name: t, column_types: {x: nubmer}}]}]",
+         "sources.0.tables.0.column_types: unknown column type 'nubmer'"),
+        ("sources: [{name: a, format: canal, format_options: {canal.convention: old}}]",
+         "format option canal.convention='old' must be one of current, legacy"),
+        ("sources: [{name: 1a}]", "sources.0.name: must be letters"),
+        ("sources: [{name: a}, {name: a}]", "source names repeat"),
+        ("warehouse: w", "sources: Field required"),
+        ("sources: [", "not valid YAML"),
+    ],
+)  # fmt: skip
+def test_bad_catalogs_name_the_problem(tmp_path, text, message):
+    with pytest.raises(CatalogError) as err:
+        load_catalog(_write(tmp_path, text))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CatalogError, match="sources file not found"):
+        load_catalog(tmp_path / "absent.yaml")
+
+
+def test_core_layers_do_not_import_dagster():
+    code = (
+        "import sys, cdc_platform.pipeline, cdc_platform.cli, cdc_platform.spark.apply; "
+        "sys.exit('dagster' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
