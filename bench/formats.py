@@ -1,0 +1,338 @@
+"""Throughput per wire format: one logical change stream, encoded in each format, replayed.
+
+Generates one change stream (inserts, updates, about 10% deletes; columns id int, name string,
+amount double, updated_at bigint; fixed seed), writes it in every format to its own landing file
+(not timed), then in one process and one SparkSession times raw ingest, normalize and merge per
+format into a fresh warehouse, and checks the current table against the stream's final state (row
+count and a checksum of (id, name, amount)). Finally ``--format auto`` on the Debezium file.
+
+    .venv/bin/python bench/formats.py [--events N] [--keys K] [--out DIR] [--formats a,b]
+"""
+
+import argparse
+import base64
+import io
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import fastavro
+
+from cdc_platform import pipeline
+from cdc_platform.catalog import SourceConfig
+from cdc_platform.formats import dts_avro
+from cdc_platform.spark.session import get_spark
+
+SOURCE = "bench"
+DATE = "2026-01-01"
+TYPES = {"id": "int", "name": "string", "amount": "double", "updated_at": "bigint"}
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
+COLS = ("id", "name", "amount", "updated_at")
+
+# (index, op c/u/d, key, before image or None, after image or None)
+Event = tuple[int, str, int, dict | None, dict | None]
+
+
+def stream(events: int, keys: int) -> tuple[list[Event], dict[int, dict]]:
+    """The change stream and its final state; a live key is deleted with probability 1/9."""
+    rng = random.Random(42)
+    live: dict[int, dict] = {}
+    out: list[Event] = []
+    for i in range(events):
+        k = rng.randrange(keys)
+        before = live.get(k)
+        if before is not None and rng.random() < 1 / 9:
+            out.append((i, "d", k, before, None))
+            del live[k]
+            continue
+        amount = round(rng.uniform(0, 10_000), 2)
+        after = live[k] = {"id": k, "name": f"customer-{k}-{i % 97}", "amount": amount,
+                           "updated_at": T0 + i}  # fmt: skip
+        out.append((i, "u" if before else "c", k, before, after))
+    return out, live
+
+
+def checksum(rows: Iterator[tuple]) -> tuple[int, int]:
+    """(row count, order-independent checksum of (id, name, amount))."""
+    n = total = 0
+    for id_, name, amount in rows:
+        n += 1
+        total += zlib.crc32(f"{id_}|{name}|{float(amount)!r}".encode())
+    return n, total
+
+
+def _j(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _text(img: dict | None) -> dict | None:
+    """All values as strings (formats whose values are text)."""
+    return None if img is None else {c: str(v) for c, v in img.items()}
+
+
+# --- one encoder per format: Event -> landing lines ---------------------------------------------
+
+
+def debezium(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    source = {"version": "2.7.3.Final", "connector": "mysql", "name": "bench", "ts_ms": T0 + i,
+              "snapshot": "false", "db": "inventory", "table": "orders", "server_id": 223344,
+              "file": "mysql-bin.000003", "pos": 154 + 400 * i, "row": 0}  # fmt: skip
+    yield _j({"before": before, "after": after, "source": source, "op": op, "ts_ms": T0 + i + 3})
+
+
+def lindorm(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    source = {"version": "v1.0", "db": "ld-bench", "namespace": "default", "table": "orders",
+              "ts_ms": T0 + i}  # fmt: skip
+    payload = {"op": op, "ts_ms": T0 + i + 3, "before": _text(before), "after": _text(after),
+               "source": source}  # fmt: skip
+    yield _j({"schema": {}, "payload": payload})
+
+
+DW_TYPES = {"id": "LONG", "name": "STRING", "amount": "DOUBLE", "updated_at": "LONG"}
+DW_COLUMNS = [{"name": c, "type": t} for c, t in DW_TYPES.items()]
+
+
+def dataworks(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    payload = {
+        "before": {"dataColumn": before} if before else None,
+        "after": {"dataColumn": after} if after else None,
+        "sequenceId": str(1000 + i),
+        "timestamp": {"eventTime": T0 + i, "systemTime": T0 + i + 5, "checkpointTime": -1},
+        "op": {"c": "INSERT", "u": "UPDATE_AFTER", "d": "DELETE"}[op],  # one update message
+        "ddl": None,
+    }
+    source = {"dbType": "MySQL", "dbName": "inventory", "tableName": "orders"}
+    schema = {"dataColumn": DW_COLUMNS, "primaryKey": ["id"], "source": source}
+    yield _j({"schema": schema, "payload": payload, "version": "0.0.1"})
+
+
+def datahub_tuple(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    meta = {"_sequence_id_": str(1000 + i), "_excute_time_": T0 + i,
+            "_source_table_": "inventory.orders"}  # fmt: skip
+    if op == "c":
+        yield _j({**meta, "_operation_type_": "I", "_before_image_": "N", "_after_image_": "Y",
+                  **after})  # fmt: skip
+    elif op == "d":
+        yield _j({**meta, "_operation_type_": "D", "_before_image_": "Y", "_after_image_": "N",
+                  **before})  # fmt: skip
+    else:  # two records sharing _sequence_id_
+        yield _j({**meta, "_operation_type_": "U", "_before_image_": "Y", "_after_image_": "N",
+                  **before})  # fmt: skip
+        yield _j({**meta, "_operation_type_": "U", "_before_image_": "N", "_after_image_": "Y",
+                  **after})  # fmt: skip
+
+
+NS = "com.alibaba.dts.formats.avro."
+AVRO_SCHEMA = dts_avro.parsed_schema()
+AVRO_FIELDS = [{"name": "id", "dataTypeNumber": 3}, {"name": "name", "dataTypeNumber": 253},
+               {"name": "amount", "dataTypeNumber": 5},
+               {"name": "updated_at", "dataTypeNumber": 8}]  # fmt: skip
+
+
+def _avro_image(img: dict | None) -> list | None:
+    if img is None:
+        return None
+    return [
+        (NS + "Integer", {"precision": 11, "value": str(img["id"])}),
+        (NS + "Character", {"charset": "utf8mb4", "value": img["name"].encode()}),
+        (NS + "Float", {"value": img["amount"], "precision": 22, "scale": 0}),
+        (NS + "Integer", {"precision": 20, "value": str(img["updated_at"])}),
+    ]
+
+
+def dts_avro_(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    ts = (T0 + i) // 1000
+    rec = {
+        "version": 0, "id": 1000 + i, "sourceTimestamp": ts,
+        "sourcePosition": f"{4000 + i * 100}@3", "safeSourcePosition": f"{4000 + i * 100}@3",
+        "sourceTxid": "0", "source": {"sourceType": "MySQL", "version": "8.0.28"},
+        "operation": {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}[op],
+        "objectName": "inventory.orders", "processTimestamps": None,
+        "tags": {"pk_uk_info": '{"PRIMARY":["id"]}'}, "fields": AVRO_FIELDS,
+        "beforeImages": _avro_image(before), "afterImages": _avro_image(after),
+        "bornTimestamp": ts,
+    }  # fmt: skip
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, AVRO_SCHEMA, rec)
+    env = {"topic": "dts", "partition": 0, "offset": i, "timestamp": T0 + i,
+           "value_b64": base64.b64encode(buf.getvalue()).decode()}  # fmt: skip
+    yield _j(env)
+
+
+def shareplex(e: Event) -> Iterator[str]:
+    i, op, k, before, after = e
+    meta = {"time": "2026-01-01T00:00:00", "userid": 84, "op": {"c": "ins", "u": "upd",
+            "d": "del"}[op], "scn": str(100_000 + i), "rowid": f"AAATGpAAIAA{k:07d}",
+            "trans": f"5.1.{100_000 + i}", "seq": 1, "size": 1, "table": "INVENTORY.ORDERS",
+            "idx": "1/1", "posttime": "2026-01-01T00:00:05"}  # fmt: skip
+    if op == "c":  # inserts carry no key
+        yield _j({"meta": meta, "data": _text(after)})
+    elif op == "d":
+        yield _j({"meta": meta, "data": _text(before), "key": {"id": str(k)}})
+    else:  # only the changed columns
+        changed = {c: str(v) for c, v in after.items() if before[c] != v}
+        yield _j({"meta": meta, "data": changed, "key": {"id": str(k)}})
+
+
+CANAL_TYPES = {"id": "int(11)", "name": "varchar(255)", "amount": "double",
+               "updated_at": "bigint(20)"}  # fmt: skip
+
+
+def canal(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    old = None
+    if op == "u":
+        old = [{c: str(v) for c, v in before.items() if after[c] != v}]
+    es = T0 + i
+    yield _j({"data": [_text(after or before)], "database": "inventory", "es": es, "id": i,
+              "isDdl": False, "mysqlType": CANAL_TYPES, "old": old, "pkNames": ["id"],
+              "sql": "", "table": "orders", "ts": es + 500,
+              "type": {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}[op]})  # fmt: skip
+
+
+def maxwell(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    m = {"database": "inventory", "table": "orders",
+         "type": {"c": "insert", "u": "update", "d": "delete"}[op], "ts": (T0 + i) // 1000,
+         "xid": 5000 + i, "commit": True, "data": after or before,
+         "primary_key_columns": ["id"]}  # fmt: skip
+    if op == "u":
+        m["old"] = {c: v for c, v in before.items() if after[c] != v}
+    yield _j(m)
+
+
+def ogg(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    ms = i % 1000
+    m = {"table": "INVENTORY.ORDERS", "op_type": {"c": "I", "u": "U", "d": "D"}[op],
+         "op_ts": f"2026-01-01 00:{i // 60000 % 60:02d}:{i // 1000 % 60:02d}.{ms:03d}000",
+         "current_ts": "2026-01-01T01:00:00.000000", "pos": f"{i:020d}",
+         "primary_keys": ["id"]}  # fmt: skip
+    if before:
+        m["before"] = before
+    if after:
+        m["after"] = after
+    yield _j(m)
+
+
+ENCODERS: dict[str, tuple[Callable[[Event], Iterator[str]], str]] = {
+    "debezium": (debezium, ".jsonl"),
+    "lindorm": (lindorm, ".jsonl"),
+    "dataworks": (dataworks, ".jsonl"),
+    "datahub-tuple": (datahub_tuple, ".jsonl"),
+    "dts-avro": (dts_avro_, ".kafka.jsonl"),
+    "shareplex": (shareplex, ".jsonl"),
+    "canal": (canal, ".jsonl"),
+    "maxwell": (maxwell, ".jsonl"),
+    "ogg": (ogg, ".jsonl"),
+}
+
+
+def encode(fmt: str, events: list[Event], out: Path) -> Path:
+    encoder, suffix = ENCODERS[fmt]
+    path = out / "landing" / fmt / f"events{suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for e in events:
+            for line in encoder(e):
+                f.write(line + "\n")
+    return path
+
+
+def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> dict:
+    """Ingest, normalize, merge into a fresh warehouse; times and the check."""
+    warehouse = out / f"warehouse-{fmt}"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    source = SourceConfig(name=SOURCE, format=fmt)
+    t: dict[str, float] = {}
+    start = time.perf_counter()
+    pipeline.ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
+    t["ingest"] = time.perf_counter() - start
+    start = time.perf_counter()
+    result = pipeline.normalize_source(
+        spark, warehouse, source, [DATE], key_override=["id"], types_override=TYPES
+    )
+    t["normalize"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for table in result.tables:
+        pipeline.merge_current(spark, warehouse, SOURCE, table)
+    t["merge"] = time.perf_counter() - start
+    got: tuple[int, int] = (0, 0)
+    if len(result.tables) == 1:
+        cur = pipeline.current_rows(spark, warehouse, SOURCE, next(iter(result.tables)))
+        data = cur.select("id", "name", "amount").toArrow().to_pydict()
+        got = checksum(zip(data["id"], data["name"], data["amount"], strict=True))
+    t["total"] = t["ingest"] + t["normalize"] + t["merge"]
+    ok = got == expected and result.quarantined == 0
+    note = "" if ok else f" (rows {got[0]} vs {expected[0]}, quarantined {result.quarantined}"
+    note += f", tables {list(result.tables)})" if note else ""
+    return {**t, "check": ("OK" if ok else "MISMATCH") + note}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--keys", type=int, default=20_000)
+    ap.add_argument("--out", type=Path, default=None, help="default: a new temp dir under /tmp")
+    ap.add_argument("--formats", default=",".join(ENCODERS), help="comma list")
+    args = ap.parse_args()
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in ENCODERS]
+    if unknown:
+        raise SystemExit(f"unknown formats: {unknown}; known: {list(ENCODERS)}")
+    out = args.out or Path(tempfile.mkdtemp(prefix="cdc-bench-formats-", dir="/tmp"))
+
+    events, final = stream(args.events, args.keys)
+    expected = checksum((r["id"], r["name"], r["amount"]) for r in final.values())
+    ops = {op: sum(1 for e in events if e[1] == op) for op in "cud"}
+    print(f"{args.events:,} events over {args.keys:,} keys, ops {ops}, {expected[0]:,} live rows")
+    paths = {}
+    for fmt in formats:
+        paths[fmt] = encode(fmt, events, out)
+        lines = sum(1 for _ in paths[fmt].open())
+        print(f"  {fmt:<14} {lines:>9,} messages {paths[fmt].stat().st_size / 1e6:>7.1f} MB")
+
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    start = time.perf_counter()
+    spark = get_spark()
+    print(f"spark start: {time.perf_counter() - start:.1f} s")
+    # warm-up (not reported): JIT and first-use costs would otherwise land on the first format
+    first = formats[0]
+    small = encode(first, events[:1000], out / "warmup")
+    warm = run(spark, out / "warmup", first, small, (0, 0))["total"]
+    print(f"warm-up ({first}, 1,000 events, not reported): {warm:.1f} s")
+
+    runs = [(fmt, fmt) for fmt in formats]
+    if "debezium" in formats:
+        runs.append(("auto (debezium file)", "auto"))
+    rows = []
+    for label, fmt in runs:
+        path = paths["debezium" if fmt == "auto" else fmt]
+        r = run(spark, out, fmt, path, expected)
+        rows.append((label, r))
+        print(f"  {label}: {r['total']:.1f} s, {r['check']}", flush=True)
+
+    print("\n| format | events | ingest s | normalize s | merge s | total s | events/s | check |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for label, r in rows:
+        print(f"| {label} | {args.events:,} | {r['ingest']:.1f} | {r['normalize']:.1f} | "
+              f"{r['merge']:.1f} | {r['total']:.1f} | {args.events / r['total']:,.0f} | "
+              f"{r['check']} |")  # fmt: skip
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if any(not r["check"].startswith("OK") for _, r in rows):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
