@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 3000
-export DAGSTER_HOME := $(CURDIR)/var/dagster_home
+DAGSTER_HOME := $(CURDIR)/var/dagster_home
 
 .PHONY: install demo test lint bench clean
 
@@ -25,7 +25,7 @@ demo: install
 	@echo "Dagster UI: http://$(HOST):$(PORT)  (new demo traffic every 60 s; Ctrl-C stops both)"
 	$(BIN)/cdc-platform demo --batches 0 --every 60 > var/demo-traffic.log 2>&1 & \
 		trap "kill $$! 2>/dev/null" EXIT INT TERM; \
-		$(BIN)/dagster dev -w workspace.yaml -h $(HOST) -p $(PORT)
+		DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(HOST) -p $(PORT)
 
 test: install
 	$(BIN)/ruff check .
