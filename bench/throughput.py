@@ -1,0 +1,265 @@
+"""Throughput of landing -> raw -> change log -> current, against one DuckDB query.
+
+Generates Debezium (MySQL connector) JSON change events into one landing file, runs the pipeline
+steps in this process and times each, computes the same current state with DuckDB, checks that
+both agree and prints the numbers. Generation is not timed.
+
+    .venv/bin/python bench/throughput.py [--events N] [--keys K] [--out DIR] [--with-schema]
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from pyspark.sql.classic.dataframe import DataFrame
+
+from cdc_platform import pipeline
+from cdc_platform.catalog import SourceConfig
+from cdc_platform.lake import delta as lake
+from cdc_platform.spark import apply, normalize
+from cdc_platform.spark.session import get_spark
+
+SOURCE = "bench"
+DATE = "2026-01-01"
+TYPES = {"id": "int", "name": "string", "amount": "double", "updated_at": "bigint"}
+RESULT_SCHEMA = pa.schema(
+    [
+        ("id", pa.int32()),
+        ("name", pa.string()),
+        ("amount", pa.float64()),
+        ("updated_at", pa.int64()),
+    ]
+)
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in ms
+
+
+def _fields(*spec: tuple[str, str, bool]) -> list[dict]:
+    return [{"type": t, "optional": o, "field": f} for f, t, o in spec]
+
+
+_ROW = _fields(("id", "int32", False), ("name", "string", True), ("amount", "double", True),
+               ("updated_at", "int64", True))  # fmt: skip
+_SOURCE = _fields(
+    ("version", "string", False), ("connector", "string", False), ("name", "string", False),
+    ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
+    ("sequence", "string", True), ("table", "string", True), ("server_id", "int64", False),
+    ("gtid", "string", True), ("file", "string", False), ("pos", "int64", False),
+    ("row", "int32", False), ("thread", "int64", True), ("query", "string", True),
+)  # fmt: skip
+_IMAGE = {"type": "struct", "optional": True, "name": "bench.inventory.orders.Value"}
+SCHEMA = {
+    "type": "struct",
+    "optional": False,
+    "name": "bench.inventory.orders.Envelope",
+    "fields": [
+        {**_IMAGE, "fields": _ROW, "field": "before"},
+        {**_IMAGE, "fields": _ROW, "field": "after"},
+        {"type": "struct", "fields": _SOURCE, "optional": False,
+         "name": "io.debezium.connector.mysql.Source", "field": "source"},
+        *_fields(("op", "string", False), ("ts_ms", "int64", True)),
+    ],
+}  # fmt: skip
+
+
+def generate(path: Path, events: int, keys: int, with_schema: bool) -> dict[str, int]:
+    """Write the events; about 10% deletes (a live key is deleted with probability 1/9)."""
+    rng = random.Random(42)
+    live: dict[int, dict] = {}
+    ops = {"c": 0, "u": 0, "d": 0}
+    head, tail = (
+        ('{"schema":' + json.dumps(SCHEMA) + ',"payload":', "}") if with_schema else ("", "")
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for i in range(events):
+            k = rng.randrange(keys)
+            before = live.get(k)
+            ts = T0 + i
+            if before is not None and rng.random() < 1 / 9:
+                op, after = "d", None
+                del live[k]
+            else:
+                op = "u" if before else "c"
+                amount = round(rng.uniform(0, 10_000), 2)
+                after = live[k] = {"id": k, "name": f"customer-{k}-{i % 97}", "amount": amount,
+                                   "updated_at": ts}  # fmt: skip
+            ops[op] += 1
+            source = {"version": "2.7.3.Final", "connector": "mysql", "name": "bench",
+                      "ts_ms": ts, "snapshot": "false", "db": "inventory", "sequence": None,
+                      "table": "orders", "server_id": 223344, "gtid": None,
+                      "file": "mysql-bin.000003", "pos": 154 + 400 * i, "row": 0,
+                      "thread": 7, "query": None}  # fmt: skip
+            payload = {"before": before, "after": after, "source": source, "op": op,
+                       "ts_ms": ts + 3, "transaction": None}  # fmt: skip
+            out.write(head + json.dumps(payload, separators=(",", ":")) + tail + "\n")
+    return ops
+
+
+_IMG = "STRUCT(id INTEGER, name VARCHAR, amount DOUBLE, updated_at BIGINT)"
+_SRC = 'STRUCT(pos BIGINT, "row" INTEGER)'
+_ENV = f"STRUCT(before {_IMG}, after {_IMG}, op VARCHAR, source {_SRC})"
+DUCKDB_SQL = """
+WITH e AS (SELECT {select} FROM read_json(?, format = 'newline_delimited', columns = {columns})),
+latest AS (
+    SELECT arg_max({{'op': op, 'img': after}}, (source.pos, source."row")) AS n
+    FROM e GROUP BY CASE WHEN op = 'd' THEN before.id ELSE after.id END
+)
+SELECT n.img.id, n.img.name, n.img.amount, n.img.updated_at FROM latest WHERE n.op <> 'd'
+"""
+
+
+def duckdb_current(path: Path, with_schema: bool) -> pa.Table:
+    if with_schema:
+        select, columns = "unnest(payload)", f"{{payload: '{_ENV}'}}"
+    else:
+        fields = {"before": _IMG, "after": _IMG, "op": "VARCHAR", "source": _SRC}
+        select, columns = "*", "{" + ", ".join(f"{k}: '{v}'" for k, v in fields.items()) + "}"
+    sql = DUCKDB_SQL.format(select=select, columns=columns)
+    return duckdb.connect().sql(sql, params=[str(path)]).to_arrow_table()
+
+
+class Probes:
+    """Wall time of the outermost calls of a few pipeline internals, by stage (a poor man's
+    profiler: nested calls are part of their caller's time)."""
+
+    TARGETS = [(lake, "overwrite_partitions"), (lake, "upsert_newer"), (lake, "read"),
+               (normalize, "plan_tables"), (apply, "latest_truncate"), (DataFrame, "collect"),
+               (DataFrame, "toArrow"), (DataFrame, "first")]  # fmt: skip
+
+    def __init__(self) -> None:
+        self.stage = ""
+        self.depth = 0
+        self.spans: dict[str, dict[str, list[float]]] = {}
+        for obj, name in self.TARGETS:
+            label = f"{obj.__name__.rsplit('.', 1)[-1]}.{name}"
+            setattr(obj, name, self._wrap(getattr(obj, name), label))
+
+    def _wrap(self, fn, label: str):
+        @wraps(fn)
+        def timed(*args, **kwargs):
+            self.depth += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    spans = self.spans.setdefault(self.stage, {})
+                    spans.setdefault(label, []).append(time.perf_counter() - start)
+
+        return timed
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its descendants (the Spark JVM and its Python workers):
+    unlike wall time, hardly affected by other work on the machine."""
+    procs = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            f = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        procs[int(stat.parent.name)] = (int(f[1]), int(f[11]) + int(f[12]))  # ppid, utime+stime
+    tree, ticks = {os.getpid()}, 0
+    for pid in sorted(procs):  # children have larger pids (no pid wrap-around in one run)
+        if pid in tree or procs[pid][0] in tree:
+            tree.add(pid)
+            ticks += procs[pid][1]
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def timed(times: dict[str, tuple[float, float]], stage: str, probes: Probes | None = None):
+    """Record (wall seconds, CPU seconds) of the block as ``times[stage]``."""
+    if probes:
+        probes.stage = stage
+    start, cpu = time.perf_counter(), cpu_seconds()
+    try:
+        yield
+    finally:
+        times[stage] = (time.perf_counter() - start, cpu_seconds() - cpu)
+        if probes:
+            probes.stage = ""
+
+
+def check(ours: pa.Table, theirs: pa.Table) -> bool:
+    ours, theirs = (t.cast(RESULT_SCHEMA).sort_by("id") for t in (ours, theirs))
+    if ours.equals(theirs):
+        print(f"check: OK, both give the same {ours.num_rows:,} live rows")
+        return True
+    a, b = (
+        set(zip(*t.select(["id", "name", "amount"]).to_pydict().values(), strict=True))
+        for t in (ours, theirs)
+    )
+    print(f"check: MISMATCH: ours {ours.num_rows:,} rows, DuckDB {theirs.num_rows:,} rows")
+    print(f"  only ours: {len(a - b):,}, e.g. {sorted(a - b)[:3]}")
+    print(f"  only DuckDB: {len(b - a):,}, e.g. {sorted(b - a)[:3]}")
+    return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--out", type=Path, default=None, help="default: a new temp dir under /tmp")
+    ap.add_argument("--with-schema", action="store_true", help="JsonConverter schema envelope")
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="cdc-bench-", dir="/tmp"))
+    landing = out / "landing" / SOURCE / f"dt={DATE}" / "events.jsonl"
+    warehouse = out / "warehouse"
+    shutil.rmtree(warehouse, ignore_errors=True)
+
+    print(f"generating {args.events:,} events over {args.keys:,} keys -> {landing}")
+    ops = generate(landing, args.events, args.keys, args.with_schema)
+    size = landing.stat().st_size
+    print(f"  ops {ops}, {size / 1e6:,.0f} MB, schema envelope: {args.with_schema}")
+
+    print(f"  load average before the run: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+    times: dict[str, tuple[float, float]] = {}
+    probes = Probes()
+    with timed(times, "spark start"):
+        spark = get_spark()
+    with timed(times, "ingest", probes):
+        pipeline.ingest_files(warehouse, SOURCE, [(landing, str(landing))], DATE, whole_date=True)
+    with timed(times, "normalize", probes):
+        result = pipeline.normalize_source(
+            spark, warehouse, SourceConfig(name=SOURCE, format="debezium"), [DATE],
+            key_override=["id"],
+            types_override=None if args.with_schema else TYPES,
+        )  # fmt: skip
+    table = next(iter(result.tables))
+    with timed(times, "merge", probes):
+        merged = pipeline.merge_current(spark, warehouse, SOURCE, table)
+    print(f"  normalize: {result.tables[table].ops}, quarantined {result.quarantined}")
+    print(f"  merge: {merged.rows:,} live rows, {merged.deleted_rows:,} tombstones")
+    with timed(times, "duckdb"):
+        theirs = duckdb_current(landing, args.with_schema)
+    ok = check(pipeline.current_rows(spark, warehouse, SOURCE, table).toArrow(), theirs)
+
+    n = args.events
+    ours = [sum(times[s][i] for s in ("ingest", "normalize", "merge")) for i in (0, 1)]
+    print(f"\n{f'{n:,} events':<30}{'wall s':>8}{'CPU s':>8}{'events/s':>10}")
+    for stage in ("spark start", "ingest", "normalize", "merge"):
+        print(f"{stage:<30}{times[stage][0]:>8.2f}{times[stage][1]:>8.2f}")
+        for label, spans in probes.spans.get(stage, {}).items():
+            print(f"  {label:<28}{sum(spans):>8.2f}  ({len(spans)} calls)")
+    for name, (wall, cpu) in (("ours (without spark start)", ours), ("duckdb", times["duckdb"])):
+        print(f"{name:<30}{wall:>8.2f}{cpu:>8.2f}{n / wall:>10,.0f}")
+    wall_ratio, cpu_ratio = (ours[i] / times["duckdb"][i] for i in (0, 1))
+    print(f"ratio ours/duckdb: {wall_ratio:.1f} wall, {cpu_ratio:.1f} CPU (target <= 2.0)")
+    print(f"load average after the run: {os.getloadavg()[0]:.2f}")
+    if not ok:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
