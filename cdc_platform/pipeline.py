@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -71,17 +72,6 @@ def ingest_files(
     return data.num_rows
 
 
-def _write_quarantine(
-    warehouse: Path, source: str, frames: list[DataFrame], dates: list[str]
-) -> DataFrame:
-    quarantine = frames[0]
-    for f in frames[1:]:
-        quarantine = quarantine.unionByName(f)
-    uri = lake.table_uri(warehouse, lake.QUARANTINE, source)
-    lake.overwrite_partitions(uri, quarantine.toArrow(), dates)
-    return quarantine
-
-
 def normalize_source(
     spark: SparkSession,
     warehouse: Path,
@@ -109,14 +99,23 @@ def normalize_source(
             if "key" in (st := lake.state(uri))
         }
         plans = normalize.plan_tables(changes, source, key_override, types_override, known)
-        quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
+        errors = normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))
+        quarantine = [errors.toArrow()]
         for plan in plans.values():
-            changelog, rejected = normalize.type_changes(changes, plan)
-            quarantine.append(rejected)
-            if plan.problem and not plan.declared:
-                continue  # its rows are in quarantine with the reason; no empty table for it
+            if plan.problem:
+                # No key: nothing of it can be applied; its rows wait in quarantine.
+                quarantine.append(normalize.rejected_table(changes, plan).toArrow())
+                continue
+            # One pass types the table's changes; the rows with a reason are its rejects.
+            typed = normalize.type_changes(changes, plan).toArrow()
+            good = pc.is_null(typed["reason"])
+            bad = typed.filter(pc.invert(good)).drop_columns(["key"])
+            bad = bad.rename_columns(["key" if c == "raw_key" else c for c in bad.column_names])
+            quarantine.append(bad.select(list(normalize.QUARANTINE_COLUMNS)))
+            data = typed.filter(good).drop_columns(
+                ["reason", "timestamp", "qualified_table", "raw_key", "value"]
+            )
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
-            data = changelog.toArrow()
             version = lake.overwrite_partitions(
                 uri,
                 data,
@@ -135,9 +134,10 @@ def normalize_source(
                 pc.max(data["event_time"]).as_py(),
                 plan.declared,
             )
-        q = _write_quarantine(warehouse, source.name, quarantine, dates)
-        reasons = q.groupBy("reason").count().collect()
-        result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
+        q = pa.concat_tables(quarantine, promote_options="permissive")
+        lake.overwrite_partitions(lake.table_uri(warehouse, lake.QUARANTINE, source.name), q, dates)
+        reasons = q.group_by("reason").aggregate([("reason", "count")]).to_pylist()
+        result.quarantine_reasons = {r["reason"]: r["reason_count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
     finally:
         parsed.unpersist()

@@ -45,7 +45,11 @@ _ENVELOPE_FIELDS = [
 _ENVELOPE = T.StructType(_ENVELOPE_FIELDS)
 # The top level is either the envelope itself or {"schema": ..., "payload": envelope}.
 _TOP = T.StructType(
-    [T.StructField("schema", _S), T.StructField("payload", _S), T.StructField("_corrupt", _S)]
+    [
+        T.StructField("schema", _S),
+        T.StructField("payload", _ENVELOPE),
+        T.StructField("_corrupt", _S),
+    ]
     + _ENVELOPE_FIELDS
 )
 _KEY = T.StructType([T.StructField("payload", C.IMAGE), T.StructField("schema", _S)])
@@ -87,9 +91,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     top = F.from_json(text, _TOP, _JSON_OPTIONS)
     df = raw.withColumn("_top", top)
     bare = F.struct(*[F.col(f"_top.{f.name}").alias(f.name) for f in _ENVELOPE_FIELDS])
-    env = F.when(
-        F.col("_top.payload").isNotNull(), F.from_json(F.col("_top.payload"), _ENVELOPE)
-    ).otherwise(bare)
+    env = F.when(F.col("_top.payload").isNotNull(), F.col("_top.payload")).otherwise(bare)
     key = F.from_json(F.col("key").cast("string"), _KEY)
     key_image = F.coalesce(key.payload, F.from_json(F.col("key").cast("string"), C.IMAGE))
     df = df.withColumn("_env", env).withColumn("_key", key_image)

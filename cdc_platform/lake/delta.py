@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
@@ -24,6 +24,8 @@ PARTITION_COLUMN = "ingest_date"
 # Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
 # unknown table properties), so state and data change in one atomic commit.
 STATE_KEY = "cdc.state"
+# Several row groups per file: Spark splits a Parquet file into tasks by row group.
+WRITER = WriterProperties(max_row_group_size=64 * 1024)
 
 
 def key_path(layer: str, source: str, table: str | None = None) -> list[str]:
@@ -89,7 +91,12 @@ def overwrite_partitions(
     props = CommitProperties(custom_metadata=metadata) if metadata else None
     if not exists(uri):
         write_deltalake(
-            uri, data, partition_by=[PARTITION_COLUMN], mode="append", commit_properties=props
+            uri,
+            data,
+            partition_by=[PARTITION_COLUMN],
+            mode="append",
+            commit_properties=props,
+            writer_properties=WRITER,
         )
     else:
         listed = ", ".join(f"'{d}'" for d in sorted(set(dates)))
@@ -100,20 +107,35 @@ def overwrite_partitions(
             schema_mode="merge",
             predicate=f"{PARTITION_COLUMN} IN ({listed})",
             commit_properties=props,
+            writer_properties=WRITER,
         )
     return DeltaTable(uri).version()
 
 
 def replace_where(uri: str, data: pa.Table, predicate: str) -> int:
     """Replace the rows matching ``predicate`` (a SQL predicate) with ``data``."""
-    write_deltalake(uri, data, mode="overwrite", schema_mode="merge", predicate=predicate)
+    write_deltalake(
+        uri,
+        data,
+        mode="overwrite",
+        schema_mode="merge",
+        predicate=predicate,
+        writer_properties=WRITER,
+    )
     return DeltaTable(uri).version()
 
 
 def replace(uri: str, data: pa.Table, state: dict[str, Any]) -> int:
     """Replace the whole table (a new version: time travel still reaches the old one)."""
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
-    write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite", commit_properties=props)
+    write_deltalake(
+        uri,
+        data,
+        mode="overwrite",
+        schema_mode="overwrite",
+        commit_properties=props,
+        writer_properties=WRITER,
+    )
     return DeltaTable(uri).version()
 
 
@@ -142,7 +164,13 @@ def upsert_newer(
     """
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
     if not exists(uri):
-        write_deltalake(uri, data.drop_columns([partial]), mode="append", commit_properties=props)
+        write_deltalake(
+            uri,
+            data.drop_columns([partial]),
+            mode="append",
+            commit_properties=props,
+            writer_properties=WRITER,
+        )
         return {"num_target_rows_inserted": data.num_rows, "num_target_rows_updated": 0}
     target = set(arrow_schema(uri).names)
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
@@ -159,7 +187,13 @@ def upsert_newer(
     return (
         DeltaTable(uri)
         .merge(
-            data, on, source_alias="s", target_alias="t", merge_schema=True, commit_properties=props
+            data,
+            on,
+            source_alias="s",
+            target_alias="t",
+            merge_schema=True,
+            commit_properties=props,
+            writer_properties=WRITER,
         )
         .when_matched_update_all(predicate=f"{newer} AND {p} IS NULL", except_cols=[partial])
         .when_matched_update(

@@ -213,18 +213,28 @@ def _first_problem(plan: TablePlan) -> Column:
     )
 
 
-def type_changes(changes: DataFrame, plan: TablePlan) -> tuple[DataFrame, DataFrame]:
-    """One table's parsed changes -> (typed change log rows, quarantine rows)."""
+def rejected_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
+    """Quarantine rows for every change of a table that cannot be applied at all (no key)."""
     rows = changes.where(F.col("qualified_table") == plan.qualified)
-    if plan.problem:
-        return rows.limit(0), to_quarantine(rows.withColumn("reason", F.lit(plan.problem)))
+    return to_quarantine(rows.withColumn("reason", F.lit(plan.problem)))
+
+
+def to_quarantine(rows: DataFrame) -> DataFrame:
+    return rows.select(*QUARANTINE_COLUMNS)
+
+
+def type_changes(changes: DataFrame, plan: TablePlan) -> DataFrame:
+    """One pass for the change log and its rejects: the change-log columns, ``reason``, and
+    what a quarantine row needs besides (``raw_key`` and ``value`` on rejected rows only)."""
+    rows = changes.where(F.col("qualified_table") == plan.qualified)
     typed = (
         rows.withColumn("before", _typed_image("before_image", plan))
         .withColumn("after", _typed_image("after_image", plan))
         .withColumn("reason", _first_problem(plan))
     )
     key_image = F.when(F.col("op") == C.DELETE, F.col("before")).otherwise(F.col("after"))
-    changelog = typed.where(F.col("reason").isNull()).select(
+    bad = F.col("reason").isNotNull()
+    return typed.select(
         "op", "database", "schema", "table",
         F.struct(*[key_image[k].alias(k) for k in plan.key]).alias("key"),
         "before", "after",
@@ -232,9 +242,6 @@ def type_changes(changes: DataFrame, plan: TablePlan) -> tuple[DataFrame, DataFr
         F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
         "sequence", "event_time", "tx_id", "source_format",
         "topic", "partition", "offset", "file", "line", "ingest_date",
+        "reason", "timestamp", "qualified_table",
+        F.when(bad, F.col("key")).alias("raw_key"), F.when(bad, F.col("value")).alias("value"),
     )  # fmt: skip
-    return changelog, to_quarantine(typed.where(F.col("reason").isNotNull()))
-
-
-def to_quarantine(rows: DataFrame) -> DataFrame:
-    return rows.select(*QUARANTINE_COLUMNS)

@@ -23,6 +23,7 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "4g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
 }
 _MIN_JAVA = 17
 
