@@ -61,22 +61,6 @@ _TEMP = ("_v", "_o", "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
          "_pos", "_row")  # fmt: skip
 
 
-def _position() -> Column:
-    """The message's place in its topic (or landing file), as ``normalize.raw_position``."""
-    return F.when(
-        F.col("offset").isNotNull(),
-        F.concat(
-            F.lit("k"),
-            F.lpad(F.col("partition").cast("string"), 6, "0"),
-            F.lpad(F.col("offset").cast("string"), 20, "0"),
-        ),
-    ).otherwise(
-        F.concat(
-            F.lit("f"), F.col("file"), F.lit("#"), F.lpad(F.col("line").cast("string"), 12, "0")
-        )
-    )
-
-
 def _overlay(base: Column, changes: Column) -> Column:
     """``base`` with the entries of ``changes`` replacing (or adding) values, in column order."""
     keys = F.array_union(F.map_keys(base), F.map_keys(changes))
@@ -253,7 +237,7 @@ def _records(df: DataFrame, legacy: bool) -> DataFrame:
         F.lit(False).alias("after_partial"),
         F.when(change, F.col("_mysql_type")).alias("value_schema"),
         F.lit("json").alias("image_encoding"),
-        F.concat(F.lit("pos:"), _position(), F.lit(":"), row_index).alias("source_sequence"),
+        F.concat(F.lit("pos:"), C.raw_position(), F.lit(":"), row_index).alias("source_sequence"),
         F.timestamp_millis(F.col("_ms")).alias("event_time"),
         F.col("_gtid").alias("tx_id"),
         F.when((kind == C.KIND_DDL) | (change & F.col("_truncate")), F.col("_sql")).alias("ddl"),

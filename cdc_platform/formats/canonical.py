@@ -7,6 +7,8 @@ itself). ``cdc_platform.spark.normalize`` then types those images per table into
 here so that every layer agrees on them.
 """
 
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 # Canonical operations (Debezium's letters, the lingua franca of CDC tools).
@@ -76,3 +78,28 @@ OP_COL = "__op"
 EVENT_TIME_COL = "__event_time"
 DELETED_COL = "__deleted"
 CURRENT_META = (SEQUENCE_COL, OP_COL, EVENT_TIME_COL, DELETED_COL)
+
+
+def raw_position() -> Column:
+    """Where the message sits in its topic (or landing file): the last ordering tie-break."""
+    return F.when(
+        F.col("offset").isNotNull(),
+        F.concat(
+            F.lit("k"),
+            F.lpad(F.coalesce(F.col("partition"), F.lit(0)).cast("string"), 6, "0"),
+            F.lpad(F.col("offset").cast("string"), 20, "0"),
+        ),
+    ).otherwise(
+        F.concat(
+            F.lit("f"), F.col("file"), F.lit("#"), F.lpad(F.col("line").cast("string"), 12, "0")
+        )
+    )
+
+
+def exact_image(exact: Column, ordered: Column) -> Column:
+    """A row with the values of ``exact`` (parsed as a variant: every number's exact text) and
+    the column order of ``ordered`` (the same object parsed by from_json, in wire order)."""
+    keys = F.map_keys(ordered)
+    return F.when(ordered.isNull() | (F.size(ordered) != F.size(exact)), exact).otherwise(
+        F.map_from_arrays(keys, F.transform(keys, lambda k: exact[k]))
+    )

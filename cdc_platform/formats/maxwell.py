@@ -34,31 +34,6 @@ _ORDERED = "struct<data:map<string,string>,old:map<string,string>>"
 _LAST = "9999999999"
 
 
-def _position() -> Column:
-    """The message's place in its topic (or landing file), as ``normalize.raw_position``."""
-    return F.when(
-        F.col("offset").isNotNull(),
-        F.concat(
-            F.lit("k"),
-            F.lpad(F.col("partition").cast("string"), 6, "0"),
-            F.lpad(F.col("offset").cast("string"), 20, "0"),
-        ),
-    ).otherwise(
-        F.concat(
-            F.lit("f"), F.col("file"), F.lit("#"), F.lpad(F.col("line").cast("string"), 12, "0")
-        )
-    )
-
-
-def _exact(exact: Column, ordered: Column) -> Column:
-    """A row with the values of ``exact`` (parsed as a variant: every number's exact text) and
-    the column order of ``ordered`` (the same object parsed by from_json, in wire order)."""
-    keys = F.map_keys(ordered)
-    return F.when(ordered.isNull() | (F.size(ordered) != F.size(exact)), exact).otherwise(
-        F.map_from_arrays(keys, F.transform(keys, lambda k: exact[k]))
-    )
-
-
 def _overlay(base: Column, changes: Column) -> Column:
     """``base`` with the entries of ``changes`` replacing (or adding) values, in column order."""
     keys = F.array_union(F.map_keys(base), F.map_keys(changes))
@@ -102,8 +77,8 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         "*",
         get("$", "map<string,variant>").isNotNull().alias("_object"),
         F.lower(F.trim(get("$.type"))).alias("_type"),
-        _exact(get("$.data", _IMAGE), F.col("_o.data")).alias("_data"),
-        _exact(get("$.old", _IMAGE), F.col("_o.old")).alias("_old"),
+        C.exact_image(get("$.data", _IMAGE), F.col("_o.data")).alias("_data"),
+        C.exact_image(get("$.old", _IMAGE), F.col("_o.old")).alias("_old"),
         F.nullif(get("$.table"), F.lit("")).alias("_table"),
         get("$.sql").alias("_sql"),
         get("$.xoffset", "bigint").alias("_xoffset"),
@@ -143,7 +118,9 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         F.col("_xoffset").cast("string"), F.when(F.col("_commit"), F.lit(_LAST)), F.lit("0")
     )
     binlog = _binlog_position(F.col("_position"))
-    order = F.coalesce(F.concat(F.lit("binlog:"), binlog), F.concat(F.lit("pos:"), _position()))
+    order = F.coalesce(
+        F.concat(F.lit("binlog:"), binlog), F.concat(F.lit("pos:"), C.raw_position())
+    )
     seconds = get("$.ts", "bigint")
     return df.select(
         *raw.columns,

@@ -27,15 +27,6 @@ _ORDERED = "struct<before:map<string,string>,after:map<string,string>>"
 _OP_TS = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 
 
-def _exact(exact: Column, ordered: Column) -> Column:
-    """A row with the values of ``exact`` (parsed as a variant: every number's exact text) and
-    the column order of ``ordered`` (the same object parsed by from_json, in wire order)."""
-    keys = F.map_keys(ordered)
-    return F.when(ordered.isNull() | (F.size(ordered) != F.size(exact)), exact).otherwise(
-        F.map_from_arrays(keys, F.transform(keys, lambda k: exact[k]))
-    )
-
-
 def _timestamp(text: Column) -> Column:
     """GoldenGate's ``2020-05-13 15:40:06.000000`` (or ISO ``2020-05-13T13:39:35.766000``)."""
     return F.coalesce(F.try_to_timestamp(text, F.lit(_OP_TS)), F.try_to_timestamp(text))
@@ -58,8 +49,8 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         "_v",
         get("$", "map<string,variant>").isNotNull().alias("_object"),
         F.upper(F.trim(get("$.op_type"))).alias("_op_type"),
-        _exact(get("$.before", _IMAGE), F.col("_o.before")).alias("_before"),
-        _exact(get("$.after", _IMAGE), F.col("_o.after")).alias("_after"),
+        C.exact_image(get("$.before", _IMAGE), F.col("_o.before")).alias("_before"),
+        C.exact_image(get("$.after", _IMAGE), F.col("_o.after")).alias("_after"),
         F.split(get("$.table"), r"\.").alias("_parts"),
         get("$.pos").alias("_pos"),
     )

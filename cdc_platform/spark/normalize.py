@@ -32,28 +32,12 @@ def table_name(qualified: str) -> str:
     return f"t_{name}" if name[0].isdigit() else name
 
 
-def raw_position() -> Column:
-    """Where the message sits in its topic (or landing file): the last ordering tie-break."""
-    return F.when(
-        F.col("offset").isNotNull(),
-        F.concat(
-            F.lit("k"),
-            F.lpad(F.coalesce(F.col("partition"), F.lit(0)).cast("string"), 6, "0"),
-            F.lpad(F.col("offset").cast("string"), 20, "0"),
-        ),
-    ).otherwise(
-        F.concat(
-            F.lit("f"), F.col("file"), F.lit("#"), F.lpad(F.col("line").cast("string"), 12, "0")
-        )
-    )
-
-
 def parse_messages(raw: DataFrame, source: SourceConfig) -> DataFrame:
     """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept."""
     parser = formats.parser_for(source.format)
     parsed = parser.parse(raw, source.format_options)
     return parsed.withColumn(
-        "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), raw_position())
+        "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), C.raw_position())
     ).withColumn("qualified_table", F.concat_ws(".", "database", "schema", "table"))
 
 
