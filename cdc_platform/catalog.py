@@ -42,6 +42,17 @@ class TableConfig(_Strict):
     )
     primary_key: list[str] | None = None
     column_types: dict[str, str] = Field(default_factory=dict)
+    column_list: list[str] | None = Field(None, description="keep only these columns (+ key)")
+    except_column_list: list[str] | None = Field(None, description="drop these columns")
+    ignore_null_updates: bool = Field(
+        False, description="a null in an update keeps the column's previous value"
+    )
+    tombstone_retention_days: float | None = Field(
+        None, gt=0, description="purge tombstones of deleted keys after this; default: keep"
+    )
+    history: bool = Field(False, description="keep an SCD type 2 history/<source>/<table>")
+    track_history_column_list: list[str] | None = None
+    track_history_except_column_list: list[str] | None = None
 
     @field_validator("name")
     @classmethod
@@ -58,9 +69,36 @@ class TableConfig(_Strict):
     def _split_key(cls, v: object) -> object:
         return [c.strip() for c in v.split(",")] if isinstance(v, str) else v
 
+    @model_validator(mode="after")
+    def _consistent_lists(self) -> "TableConfig":
+        if self.column_list is not None and self.except_column_list is not None:
+            raise ValueError("set column_list or except_column_list, not both")
+        tracked = (self.track_history_column_list, self.track_history_except_column_list)
+        if all(t is not None for t in tracked):
+            raise ValueError(
+                "set track_history_column_list or track_history_except_column_list, not both"
+            )
+        if any(t is not None for t in tracked) and not self.history:
+            raise ValueError("track_history_* needs history: true")
+        return self
+
     @property
     def match(self) -> str:
         return self.source_table or self.name
+
+    def keeps(self, column: str, key: list[str]) -> bool:
+        """Whether ``column`` is selected by column_list / except_column_list (keys always are)."""
+        if column in key:
+            return True
+        if self.column_list is not None:
+            return column in self.column_list
+        return column not in (self.except_column_list or [])
+
+    def tracked_columns(self, columns: list[str]) -> list[str]:
+        """The columns whose changes open a new history version (all, unless configured)."""
+        if self.track_history_column_list is not None:
+            return [c for c in columns if c in self.track_history_column_list]
+        return [c for c in columns if c not in (self.track_history_except_column_list or [])]
 
 
 class SourceConfig(_Strict):

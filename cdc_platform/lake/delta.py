@@ -184,6 +184,10 @@ def upsert_newer(
         return f"CASE WHEN array_contains({p}, '{col}') THEN s.{_quote(col)}{kept} END"
 
     columns = [c for c in data.column_names if c != partial]
+    # A full image sets every user column: one the batch lacks altogether (dropped at the
+    # source) becomes null rather than keeping a stale value.
+    full = {c: f"s.{_quote(c)}" for c in columns}
+    full |= {c: "NULL" for c in target if c not in full and not c.startswith("__")}
     return (
         DeltaTable(uri)
         .merge(
@@ -195,7 +199,7 @@ def upsert_newer(
             commit_properties=props,
             writer_properties=WRITER,
         )
-        .when_matched_update_all(predicate=f"{newer} AND {p} IS NULL", except_cols=[partial])
+        .when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
         .when_matched_update(
             {c: carried(c) for c in columns}, predicate=f"{newer} AND {p} IS NOT NULL"
         )
