@@ -123,6 +123,10 @@ class SourceConfig(_Strict):
             return {k: str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
         return v
 
+    def table_config(self, name: str) -> TableConfig:
+        """The declared table of that name, else defaults (a routed table)."""
+        return next((t for t in self.tables if t.name == name), TableConfig(name=name))
+
     @model_validator(mode="after")
     def _known_format(self) -> "SourceConfig":
         formats.parser_for(self.format)

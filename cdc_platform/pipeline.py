@@ -7,7 +7,7 @@ raw (messages as received) -> changelog (canonical typed change records per tabl
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -55,6 +55,7 @@ class MergeResult:
     version: int | None
     changelog_version: int | None
     truncated: int = 0
+    tombstones_purged: int = 0
 
 
 def ingest_files(
@@ -145,9 +146,17 @@ def normalize_source(
 
 
 def merge_current(
-    spark: SparkSession, warehouse: Path, source: str, table: str, full_refresh: bool = False
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    table: str,
+    full_refresh: bool = False,
+    options: TableConfig | None = None,
 ) -> MergeResult:
-    """Merge the change-log files not yet applied into the current-state table."""
+    """Merge the change-log files not yet applied into the current-state table.
+
+    ``options``: the table's configuration (ignore_null_updates, tombstone retention)."""
+    options = options or TableConfig(name=table)
     cl_uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
     cur_uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
     cl_version = lake.version(cl_uri)
@@ -171,13 +180,24 @@ def merge_current(
             f"{lake.quoted(C.SEQUENCE_COL)} < '{truncate}'",
             {**state, "truncated_before": truncated_before},
         )
-    rows = apply.latest_per_key(batch, key, truncated_before).toArrow()
+    rows = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates).toArrow()
     if full_refresh:
         lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state)
         metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
     else:
         metrics = lake.upsert_newer(
             cur_uri, rows, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
+        )
+    purged = 0
+    if options.tombstone_retention_days:
+        # Past the retention a tombstone goes; an event older than it arriving later could then
+        # resurrect its key (as in AUTO CDC): choose the retention longer than any lateness.
+        cutoff = datetime.now(UTC) - timedelta(days=options.tombstone_retention_days)
+        purged = lake.delete_where(
+            cur_uri,
+            f"{lake.quoted(C.DELETED_COL)} AND {lake.quoted(C.EVENT_TIME_COL)}"
+            f" < '{cutoff.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
+            new_state,
         )
     live, deleted = _live_counts(spark, cur_uri)
     return MergeResult(
@@ -188,6 +208,7 @@ def merge_current(
         lake.version(cur_uri),
         cl_version,
         truncated,
+        purged,
     )
 
 
@@ -219,7 +240,9 @@ def replay(
     )
     summary: dict = {"tables": {}, "quarantined": result.quarantined}
     for t in result.tables.values():
-        merged = merge_current(spark, warehouse, source.name, t.name)
+        merged = merge_current(
+            spark, warehouse, source.name, t.name, options=source.table_config(t.name)
+        )
         summary["tables"][t.qualified] = {
             "inserted": t.ops.get(C.INSERT, 0) + t.ops.get(C.READ, 0),
             "updated": t.ops.get(C.UPDATE, 0),

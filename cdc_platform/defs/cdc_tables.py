@@ -168,7 +168,9 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
     )
     def current(spark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
         session = spark_session(spark)
-        merged = pipeline.merge_current(session, lake.warehouse_path, source.name, table.name)
+        merged = pipeline.merge_current(
+            session, lake.warehouse_path, source.name, table.name, options=table
+        )
         uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
         rows = pipeline.current_rows(session, lake.warehouse_path, source.name, table.name)
         key = delta.state(uri).get("key", [])
@@ -179,6 +181,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 "merged_inserted": merged.inserted,
                 "merged_updated": merged.updated,
                 "truncated_rows": merged.truncated,
+                "tombstones_purged": merged.tombstones_purged,
                 "changelog_version": merged.changelog_version,
                 **delta_metadata(uri),
                 **({"preview": preview(rows, key)} if rows is not None else {}),

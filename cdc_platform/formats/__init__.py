@@ -1,7 +1,7 @@
 """Wire formats. Each module turns raw messages into canonical parsed records with Spark functions.
 
 A format module exposes:
-- ``NAME`` and ``OPTIONS`` (option name -> allowed values);
+- ``NAME`` and ``OPTIONS`` (option name -> allowed values, or None for any value);
 - ``parse(raw, options) -> DataFrame``: the raw columns plus ``canonical.PARSED_SCHEMA``'s (one
   row per row change: a message holding several rows yields several records);
 - ``column_specs(value_schema) -> dict[str, ColumnSpec]``: column types from the format's own
@@ -47,7 +47,7 @@ def validate_options(name: str, options: dict[str, str]) -> None:
         if key not in allowed:
             known = ", ".join(sorted(allowed)) or "none"
             raise ValueError(f"unknown format option {key!r} for {name} (known: {known})")
-        if str(value) not in allowed[key]:
+        if allowed[key] is not None and str(value) not in allowed[key]:
             raise ValueError(
                 f"format option {key}={value!r} must be one of {', '.join(allowed[key])}"
             )

@@ -163,3 +163,39 @@ def decode(wire: Column, spec: ColumnSpec) -> Column:
         # Shift the point in text: exact, where decimal division would round.
         return F.concat(unscaled.cast("string"), F.lit(f"E-{scale}")).try_cast(spec.type)
     raise ValueError(f"unknown decoder {d!r}")
+
+
+# Widening: a column may move up these chains (and to a decimal holding its digits) without
+# rewriting any value; anything else is an incompatible type change.
+_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+_WIDER = {
+    "tinyint": ("smallint", "int", "bigint", "double"),
+    "smallint": ("int", "bigint", "double"),
+    "int": ("bigint", "double"),
+    "float": ("double",),
+    "date": ("timestamp",),
+}
+
+
+def _digits(sql_type: str) -> tuple[int, int] | None:
+    """(integer digits, scale) of an integer or decimal type."""
+    if sql_type in _INT_DIGITS:
+        return _INT_DIGITS[sql_type], 0
+    m = _DECIMAL.match(sql_type)
+    return (int(m[1]) - int(m[2]), int(m[2])) if m else None
+
+
+def common_type(old: str, new: str) -> str | None:
+    """The type that holds every value of both types without loss (None: incompatible)."""
+    if old == new:
+        return old
+    if new in _WIDER.get(old, ()):
+        return new
+    if old in _WIDER.get(new, ()):
+        return old
+    a, b = _digits(old), _digits(new)
+    if a and b and (old.startswith("decimal") or new.startswith("decimal")):
+        whole, scale = max(a[0], b[0]), max(a[1], b[1])
+        return f"decimal({whole + scale},{scale})" if whole + scale <= 38 else None
+    return None

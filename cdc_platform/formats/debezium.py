@@ -6,6 +6,7 @@ schema-change messages. Lindorm differs only in ``source.namespace`` (its schema
 tables, base64 values with a ``ROW`` key column (``image_encoding = "hbase"``).
 """
 
+import base64
 import json
 
 from pyspark.sql import Column, DataFrame
@@ -16,7 +17,9 @@ from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec, connect_field_spec
 
 NAME = "debezium"
-OPTIONS = {"lindorm.hbase": ("auto", "true", "false")}
+# unavailable.value.placeholder: Debezium's connector option of that name (None: any value).
+OPTIONS = {"lindorm.hbase": ("auto", "true", "false"), "unavailable.value.placeholder": None}
+PLACEHOLDER = "__debezium_unavailable_value"
 
 _S = T.StringType()
 _SOURCE = T.StructType(
@@ -84,6 +87,13 @@ def _image_keys_contain(image: Column, column: str) -> Column:
     return F.coalesce(F.array_contains(F.map_keys(image), column), F.lit(False))
 
 
+def _unavailable_forms(placeholder: str) -> list[str]:
+    """How an unchanged TOASTed value arrives: the placeholder as text, as the bytes of a
+    binary column (base64 or hex, per binary.handling.mode), or inside an array."""
+    raw = placeholder.encode()
+    return [placeholder, base64.b64encode(raw).decode(), raw.hex(), json.dumps([placeholder])]
+
+
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
     hbase_option = options.get("lindorm.hbase", "auto")
@@ -102,7 +112,14 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     op = e.op
     # A delete without a before image can still be applied when the Kafka key names the row.
     before = F.when(op == C.DELETE, F.coalesce(e.before, F.col("_key"))).otherwise(e.before)
-    after = e.after
+    # Postgres sends unchanged TOASTed columns as a placeholder: drop them from the image, which
+    # then only carries the other columns (the merge keeps the previous values).
+    placeholder = options.get("unavailable.value.placeholder", PLACEHOLDER)
+    unavailable = F.array(*[F.lit(v) for v in _unavailable_forms(placeholder)])
+    after = F.map_filter(
+        e.after, lambda _, v: ~F.coalesce(F.array_contains(unavailable, v), F.lit(False))
+    )
+    after_partial = F.coalesce(F.size(after) < F.size(e.after), F.lit(False))
     is_hbase = {
         "true": F.lit(True),
         "false": F.lit(False),
@@ -164,7 +181,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         .alias("key_columns"),
         before.alias("before_image"),
         after.alias("after_image"),
-        F.lit(False).alias("after_partial"),
+        after_partial.alias("after_partial"),
         value_schema.alias("value_schema"),
         F.when(is_hbase, F.lit("hbase")).otherwise(F.lit("json")).alias("image_encoding"),
         _source_sequence(src, ts_ms).alias("source_sequence"),

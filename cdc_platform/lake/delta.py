@@ -6,6 +6,7 @@ Keep this module the only place that touches Delta, so a delta-spark engine can 
 """
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
+from cdc_platform.formats.column_specs import common_type
+
 RAW = "raw"
 CHANGELOG = "changelog"
 CURRENT = "current"
 QUARANTINE = "quarantine"
-LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE)
+HISTORY = "history"
+LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE, HISTORY)
 PARTITION_COLUMN = "ingest_date"
 # Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
 # unknown table properties), so state and data change in one atomic commit.
@@ -84,6 +88,56 @@ def read(spark: SparkSession, uri: str, only_files: list[str] | None = None) -> 
     return df.select(*[F.col(f"`{f.name}`") for f in schema.fields])
 
 
+def _arrow_type(sql_type: str) -> pa.DataType:
+    """Arrow type of a type widening can produce (see ``column_specs.common_type``)."""
+    if m := re.fullmatch(r"decimal\((\d+),(\d+)\)", sql_type):
+        return pa.decimal128(int(m[1]), int(m[2]))
+    named = {"smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64()}
+    return {**named, "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC")}[sql_type]
+
+
+def _widened(table: pa.DataType | pa.Schema, incoming: pa.DataType | pa.Schema):
+    """``table`` with each column (nested in structs too) widened to hold ``incoming``'s type."""
+    if isinstance(table, pa.Schema) or pa.types.is_struct(table):
+        names = (
+            {f.name: f.type for f in incoming}
+            if isinstance(incoming, (pa.Schema, pa.StructType))
+            else {}
+        )
+        fields = [
+            f.with_type(_widened(f.type, names[f.name])) if f.name in names else f for f in table
+        ]
+        return pa.schema(fields) if isinstance(table, pa.Schema) else pa.struct(fields)
+    if table == incoming or pa.types.is_struct(incoming):
+        return table
+    try:
+        old, new = from_arrow_type(table).simpleString(), from_arrow_type(incoming).simpleString()
+    except (TypeError, ValueError):  # a type Spark has no name for is never widened
+        return table
+    common = common_type(old, new)
+    return table if common in (None, old) else _arrow_type(common)
+
+
+def _widen(uri: str, incoming: pa.Schema) -> None:
+    """delta-rs casts written data to the table's types, narrowing silently: when the incoming
+    type is wider (int -> bigint, more decimal digits), rewrite the table with it first."""
+    if not exists(uri):
+        return
+    dt = DeltaTable(uri)
+    schema = pa.schema(dt.schema())
+    target = _widened(schema, incoming)
+    if target.equals(schema):
+        return
+    write_deltalake(
+        uri,
+        dt.to_pyarrow_table().cast(target),
+        mode="overwrite",
+        schema_mode="overwrite",
+        partition_by=dt.metadata().partition_columns or None,
+        writer_properties=WRITER,
+    )
+
+
 def overwrite_partitions(
     uri: str, data: pa.Table, dates: list[str], metadata: dict[str, str] | None = None
 ) -> int:
@@ -99,6 +153,7 @@ def overwrite_partitions(
             writer_properties=WRITER,
         )
     else:
+        _widen(uri, data.schema)
         listed = ", ".join(f"'{d}'" for d in sorted(set(dates)))
         write_deltalake(
             uri,
@@ -172,6 +227,7 @@ def upsert_newer(
             writer_properties=WRITER,
         )
         return {"num_target_rows_inserted": data.num_rows, "num_target_rows_updated": 0}
+    _widen(uri, data.schema)
     target = set(arrow_schema(uri).names)
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
     newer = f"s.{_quote(sequence)} > t.{_quote(sequence)}"

@@ -22,10 +22,16 @@ def latest_truncate(changelog: DataFrame) -> str | None:
     return row[0] if row else None
 
 
-def latest_per_key(changelog: DataFrame, key: list[str], truncated_before: str | None) -> DataFrame:
+def latest_per_key(
+    changelog: DataFrame,
+    key: list[str],
+    truncated_before: str | None,
+    ignore_null_updates: bool = False,
+) -> DataFrame:
     """Current-table rows for the keys the batch touches: user columns, ``__*`` metadata, and
     ``__columns`` (null when the batch gives the whole row; otherwise the columns it carries,
-    the others keeping their values in the table)."""
+    the others keeping their values in the table). With ``ignore_null_updates`` an update
+    carries only its non-null columns."""
     changes = changelog.where(F.col("op").isin(*ROW_OPS))
     if truncated_before:
         changes = changes.where(F.col("sequence") > F.lit(truncated_before))
@@ -37,6 +43,14 @@ def latest_per_key(changelog: DataFrame, key: list[str], truncated_before: str |
     for k in key:
         before_key_complete = before_key_complete & F.col("before")[k].isNotNull()
     no_columns = F.lit(None).cast("array<string>")
+    present = F.col("after_columns")
+    if ignore_null_updates:
+        non_null = F.array_compact(
+            F.array(*[F.when(F.col("after")[c].isNotNull(), F.lit(c)) for c in columns])
+        )
+        present = F.when(
+            F.col("op") == C.UPDATE, F.coalesce(F.array_intersect(present, non_null), non_null)
+        ).otherwise(present)
     # An update that changes the key moves the row: the old key gets a tombstone.
     # Internal columns are named "__*" so that no user column (an "op", a "sequence") can be
     # mistaken for them when the aggregation below names its outputs after user columns.
@@ -50,7 +64,7 @@ def latest_per_key(changelog: DataFrame, key: list[str], truncated_before: str |
     rows = changes.select(
         F.col("key").alias("__k"),
         F.when(F.col("op") != C.DELETE, F.col("after")).alias("__image"),
-        F.when(F.col("op") != C.DELETE, F.col("after_columns")).alias("__present"),
+        F.when(F.col("op") != C.DELETE, present).alias("__present"),
         F.col("sequence").alias("__seq"), F.col("op").alias("__op"),
         F.col("event_time").alias("__time"),
     ).unionByName(moved)  # fmt: skip

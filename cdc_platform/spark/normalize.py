@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from cdc_platform import formats
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
-from cdc_platform.formats.column_specs import STRING, ColumnSpec, decode, hbase_spec
+from cdc_platform.formats.column_specs import STRING, ColumnSpec, common_type, decode, hbase_spec
 
 QUARANTINE_COLUMNS = (
     "ingest_date", "topic", "partition", "offset", "timestamp", "key", "value", "file", "line",
@@ -53,6 +53,29 @@ class TablePlan:
     problem: str | None = None  # set when the table cannot be applied (e.g. no key)
     declared: bool = True
     observed_key: list[str] = field(default_factory=list)
+    # Columns whose type a message schema or the configuration states (others are guessed).
+    typed_columns: set[str] = field(default_factory=set)
+    # xxhash64 of a message schema -> why its rows cannot be applied (incompatible type change).
+    bad_schemas: dict[int, str] = field(default_factory=dict)
+
+
+def _evolve(plan: TablePlan, col: str, spec: ColumnSpec, prior_type: str | None) -> str | None:
+    """Take a column's newly stated type; returns why not when it is incompatible with what the
+    table holds. Widening (int -> bigint, float -> double, more decimal digits) is taken: the
+    lake widens the table on write. A narrower type is decoded, then written as the wider one."""
+    if prior_type is None or prior_type == spec.type:
+        plan.specs[col] = spec
+        return None
+    common = common_type(prior_type, spec.type)
+    if common is None:
+        plan.specs.setdefault(col, ColumnSpec(prior_type))  # the table's type stays
+        return (
+            f"incompatible schema change: column {col!r} of {plan.qualified} changes from "
+            f"{prior_type} to {spec.type}; set column_types or rebuild the table"
+        )
+    # A wire decoder (base64 decimals, epoch days) is tied to its own type: keep it.
+    plan.specs[col] = spec if spec.decoder != "cast" else ColumnSpec(common)
+    return None
 
 
 def _match(qualified: str, tables: list[TableConfig]) -> TableConfig | None:
@@ -61,6 +84,16 @@ def _match(qualified: str, tables: list[TableConfig]) -> TableConfig | None:
     suffix = [t for t in tables if qualified.endswith("." + t.match)]
     found = exact or sorted(suffix, key=lambda t: -len(t.match))
     return found[0] if found else None
+
+
+def _stated_specs(source_format: str, value_schema: str | None) -> dict[str, ColumnSpec]:
+    """Column types a message schema states ({} without one, or when it cannot be read)."""
+    if not value_schema:
+        return {}
+    try:
+        return formats.parser_for(source_format).column_specs(value_schema)
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return {}  # an unreadable schema leaves the columns to config or string
 
 
 def plan_tables(
@@ -110,13 +143,14 @@ def plan_tables(
             plan = plans[qualified] = TablePlan(name, qualified, [], {}, declared=cfg is not None)
         if g["image_encoding"] == "hbase":
             plan.hbase = True
-        # Later schema versions override earlier ones; column order follows first appearance.
-        if g["value_schema"]:
-            try:
-                parser = formats.parser_for(g["source_format"])
-                plan.specs.update(parser.column_specs(g["value_schema"]))
-            except (ValueError, TypeError, AttributeError, KeyError):
-                pass  # an unreadable schema leaves the columns to config or string
+        known_types = (known or {}).get(qualified, ([], {}))[1]
+        # Schema versions in order of appearance, each checked against the types so far (the
+        # table's, then earlier versions'); column order follows first appearance.
+        for col, spec in _stated_specs(g["source_format"], g["value_schema"]).items():
+            prior = plan.specs[col].type if col in plan.typed_columns else known_types.get(col)
+            if why := _evolve(plan, col, spec, prior):
+                plan.bad_schemas[g["h"]] = why
+            plan.typed_columns.add(col)
         for col in g["columns"] or []:
             plan.specs.setdefault(col, STRING)
         for k in g["keys"] or []:
@@ -124,6 +158,7 @@ def plan_tables(
                 plan.observed_key = list(k)
     for qualified, plan in plans.items():
         cfg = _match(qualified, source.tables)
+        known_types = (known or {}).get(qualified, ([], {}))[1]
         configured = {**(cfg.column_types if cfg else {}), **(types_override or {})}
         for col, sql_type in configured.items():
             if plan.hbase:
@@ -131,6 +166,14 @@ def plan_tables(
             elif plan.specs.get(col, STRING).type != sql_type:
                 # Same type as the format says: keep the format's decoder (base64 bytes, ...).
                 plan.specs[col] = ColumnSpec(sql_type)
+            if not plan.hbase and (
+                why := _evolve(plan, col, plan.specs[col], known_types.get(col))
+            ):
+                plan.problem = why
+            plan.typed_columns.add(col)
+        for col in plan.specs.keys() - plan.typed_columns:
+            if col in known_types and not plan.hbase:
+                plan.specs[col] = ColumnSpec(known_types[col])  # a guess yields to the table
         if plan.hbase:
             for col, spec in plan.specs.items():
                 if col not in configured:
@@ -141,10 +184,11 @@ def plan_tables(
             or plan.observed_key
             or (known or {}).get(qualified, ([], {}))[0]
         )
-        known_types = (known or {}).get(qualified, ([], {}))[1]
         for k in plan.key:
             if k not in plan.specs and k in known_types:
                 plan.specs[k] = ColumnSpec(known_types[k])
+        if cfg is not None:  # column_list / except_column_list
+            plan.specs = {c: spec for c, spec in plan.specs.items() if cfg.keeps(c, plan.key)}
         missing = [k for k in plan.key if k not in plan.specs]
         if plan.problem:
             continue
@@ -168,7 +212,9 @@ def _typed_image(image: str, plan: TablePlan) -> Column:
 
 def _first_problem(plan: TablePlan) -> Column:
     """Why a typed change cannot be applied (null if it can): null key or undecodable value."""
-    checks: list[tuple[Column, Column]] = []
+    checks: list[tuple[Column, Column]] = [
+        (F.xxhash64("value_schema") == F.lit(h), F.lit(why)) for h, why in plan.bad_schemas.items()
+    ]
     key_image = F.when(F.col("op") == C.DELETE, F.col("before")).otherwise(F.col("after"))
     for k in plan.key:
         checks.append(
