@@ -2,7 +2,8 @@
 
 Relative paths in the file are relative to the file itself. Environment variables override the
 storage and Spark settings (``CDC_WAREHOUSE``, ``CDC_LANDING``, ``CDC_SPARK_MASTER``), so the same
-file serves the demo, the tests and a deployment.
+file serves the demo, the tests and a deployment. Kafka secrets are never in the file: a secret
+setting must be an ``${ENV_VAR}`` reference, resolved only when a client is created.
 """
 
 import os
@@ -101,11 +102,143 @@ class TableConfig(_Strict):
         return [c for c in columns if c not in (self.track_history_except_column_list or [])]
 
 
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# librdkafka properties holding secrets: only an ${ENV_VAR} reference is accepted for them.
+_SECRET = re.compile(r"password|secret|\.pem$|^sasl\.oauthbearer\.config$")
+# Set by the ingestion itself: it reads from the offsets stored in the raw table, never from the
+# consumer group, and decides itself when a batch ends.
+_CONTROLLED = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "auto.offset.reset",
+    }
+)
+_SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _settings(v: object) -> object:
+    if isinstance(v, dict):
+        return {k: str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
+    return v
+
+
+def _no_literal_secrets(settings: dict[str, str]) -> None:
+    for k, v in settings.items():
+        if _SECRET.search(k) and not _ENV_REF.fullmatch(v):
+            var = "KAFKA_" + re.sub(r"[^A-Za-z0-9]+", "_", k).upper()
+            raise ValueError(
+                f"{k} is a secret: write an environment reference like ${{{var}}}, "
+                "never the secret itself"
+            )
+
+
+class KafkaConfig(_Strict):
+    """Where a ``transport: kafka`` source reads: brokers, topics, consumer and security settings.
+
+    ``consumer`` and ``security`` take librdkafka property names. Any value may contain
+    ``${ENV_VAR}`` references; secret properties (passwords, secrets, PEM keys) must be one.
+    """
+
+    bootstrap_servers: str = Field(description="host:port[,host:port...] (or a list)")
+    topics: list[str] | None = Field(None, description="topic names; or topic_pattern")
+    topic_pattern: str | None = Field(None, description="regular expression a topic fully matches")
+    group_id: str | None = Field(
+        None, description="consumer group for monitoring commits; default cdc-platform.<source>"
+    )
+    commit_consumer_offsets: bool = Field(
+        True, description="after each raw commit, also commit the group's offsets (monitoring)"
+    )
+    max_records: int = Field(100_000, gt=0, description="records per run at most")
+    max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="key+value+header bytes per run")
+    idle_timeout_seconds: float = Field(
+        10.0, gt=0, description="end the batch when no partition delivered anything for this long"
+    )
+    consumer: dict[str, str] = Field(default_factory=dict)
+    security: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _join_servers(cls, v: object) -> object:
+        return ",".join(str(s) for s in v) if isinstance(v, list) else v
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _one_topic(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _valid_pattern(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return v
+
+    @field_validator("consumer", "security", mode="before")
+    @classmethod
+    def _stringify(cls, v: object) -> object:
+        return _settings(v)
+
+    @field_validator("consumer")
+    @classmethod
+    def _valid_consumer(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if k in _CONTROLLED:
+                raise ValueError(f"{k} is set by the platform (see bootstrap_servers, group_id)")
+            if k.startswith(_SECURITY_PREFIXES):
+                raise ValueError(f"{k} belongs under security")
+        _no_literal_secrets(v)
+        return v
+
+    @field_validator("security")
+    @classmethod
+    def _valid_security(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not k.startswith(_SECURITY_PREFIXES):
+                raise ValueError(f"{k} is not a security setting (security.*, sasl.*, ssl.*)")
+        protocol = v.get("security.protocol", "PLAINTEXT")
+        if protocol.upper() not in _PROTOCOLS and not _ENV_REF.fullmatch(protocol):
+            known = ", ".join(_PROTOCOLS)
+            raise ValueError(f"security.protocol {protocol!r} must be one of {known}")
+        _no_literal_secrets(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_topic_selector(self) -> "KafkaConfig":
+        if (self.topics is None) == (self.topic_pattern is None):
+            raise ValueError("set topics or topic_pattern (one of them)")
+        if self.topics is not None and not self.topics:
+            raise ValueError("topics is empty")
+        return self
+
+    def client_settings(self) -> dict[str, str]:
+        """librdkafka settings with every ``${ENV_VAR}`` resolved from the environment now."""
+        raw = {"bootstrap.servers": self.bootstrap_servers, **self.consumer, **self.security}
+
+        def resolve(key: str, value: str) -> str:
+            def var(m: re.Match) -> str:
+                if m[1] not in os.environ:
+                    raise CatalogError(f"kafka {key}: environment variable {m[1]} is not set")
+                return os.environ[m[1]]
+
+            return _ENV_REF.sub(var, value)
+
+        return {k: resolve(k, v) for k, v in raw.items()}
+
+
 class SourceConfig(_Strict):
     """One topic (or landing folder) and the tables it carries."""
 
     name: str
-    transport: Literal["files"] = "files"
+    transport: Literal["files", "kafka"] = "files"
+    kafka: KafkaConfig | None = Field(None, description="brokers and topics of transport: kafka")
     location: str | None = Field(None, description="landing folder; default <landing>/<name>")
     format: str = "auto"
     format_options: dict[str, str] = Field(default_factory=dict)
@@ -126,6 +259,16 @@ class SourceConfig(_Strict):
     def table_config(self, name: str) -> TableConfig:
         """The declared table of that name, else defaults (a routed table)."""
         return next((t for t in self.tables if t.name == name), TableConfig(name=name))
+
+    @model_validator(mode="after")
+    def _transport_settings(self) -> "SourceConfig":
+        if self.transport == "kafka" and self.kafka is None:
+            raise ValueError("transport: kafka needs a kafka block (bootstrap_servers, topics)")
+        if self.transport != "kafka" and self.kafka is not None:
+            raise ValueError("a kafka block needs transport: kafka")
+        if self.transport == "kafka" and self.location is not None:
+            raise ValueError("location is a landing folder; a kafka source reads its topics")
+        return self
 
     @model_validator(mode="after")
     def _known_format(self) -> "SourceConfig":

@@ -1,0 +1,286 @@
+"""Kafka transport: the topic-partitions of a source -> ``raw/<source>``, exactly once.
+
+Offsets live in the raw table, not in the consumer group. A batch is ONE Delta commit that
+appends its records and, for each topic-partition it covers, sets a Delta transaction
+identifier (a ``txn`` action, app id ``cdc.kafka/<topic>/<partition>``) whose version is the
+next offset to read. Records and offsets change atomically, so a run that dies before the commit
+leaves nothing (the next run reads the same records again) and a run that dies after it leaves
+the offsets past its records (the next run goes on from there): nothing lost, nothing twice. The
+commit is made against the table version the offsets were read from, so two runs racing over the
+same partitions cannot both commit. The commit metadata ``cdc.kafka`` repeats the offset ranges
+for people and monitors; consumer-group offsets are committed after the Delta commit for lag
+monitoring only and are never read.
+
+A run is bounded by ``max_records`` and ``max_bytes`` (key + value + header bytes), so a large
+backlog is worked through in several runs, each its own batch.
+"""
+
+import datetime as dt
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from cdc_platform.catalog import SourceConfig
+from cdc_platform.ingest.landing import RAW_SCHEMA
+from cdc_platform.lake import delta as lake
+
+log = logging.getLogger(__name__)
+
+_CONSUME_BATCH = 1000
+_POLL_SECONDS = 0.5
+_METADATA_TIMEOUT = 15.0
+_NO_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE
+# librdkafka's local error codes: public API, though spelled with a leading underscore.
+_END_OF_PARTITION = KafkaError._PARTITION_EOF  # noqa: SLF001
+_OFFSET_GONE = KafkaError._AUTO_OFFSET_RESET  # noqa: SLF001
+
+
+class KafkaIngestError(Exception):
+    """Ingestion could not read its topics (unreachable brokers, lost offsets, a broker error)."""
+
+
+@dataclass
+class KafkaIngestResult:
+    """What one run stored: ``version`` is None when there was nothing new (no commit)."""
+
+    records: int
+    bytes: int
+    version: int | None
+    ingest_date: str
+    # topic -> partition -> [first offset, next offset) of the records stored
+    offsets: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    # A bound ended the batch: more records may be waiting for the next run.
+    bounded: bool = False
+
+
+def group_id(source: SourceConfig) -> str:
+    """The consumer group whose offsets are committed for monitoring."""
+    assert source.kafka is not None
+    return source.kafka.group_id or f"cdc-platform.{source.name}"
+
+
+def _consumer(source: SourceConfig) -> Consumer:
+    assert source.kafka is not None
+    return Consumer(
+        {
+            **source.kafka.client_settings(),
+            "group.id": group_id(source),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            # Every partition is assigned at an explicit offset; "error" only fires when a stored
+            # offset is gone from the broker, which must stop the run rather than skip records.
+            "auto.offset.reset": "error",
+        }
+    )
+
+
+def _partitions(consumer: Consumer, source: SourceConfig) -> list[tuple[str, int]]:
+    """The topic-partitions to read: the named topics, or every topic the pattern fully matches."""
+    assert source.kafka is not None
+    try:
+        metadata = consumer.list_topics(timeout=_METADATA_TIMEOUT)
+    except KafkaException as e:
+        servers = source.kafka.bootstrap_servers
+        raise KafkaIngestError(f"source {source.name}: no metadata from {servers}: {e}") from None
+    if source.kafka.topics is not None:
+        names = source.kafka.topics
+        for name in names:
+            if name not in metadata.topics or metadata.topics[name].error is not None:
+                log.warning("source %s: topic %s does not exist (yet)", source.name, name)
+    else:
+        pattern = re.compile(source.kafka.topic_pattern or "")
+        names = sorted(
+            t for t in metadata.topics if not t.startswith("__") and pattern.fullmatch(t)
+        )
+    return sorted(
+        (name, p)
+        for name in names
+        if name in metadata.topics and metadata.topics[name].error is None
+        for p in metadata.topics[name].partitions
+    )
+
+
+def _size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+    return (
+        len(key or b"")
+        + len(value or b"")
+        + sum(len(k.encode()) + len(v or b"") for k, v in headers)
+    )
+
+
+class _Batch:
+    """Records accepted so far, column by column, and the offsets they cover."""
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        self.max_records, self.max_bytes = max_records, max_bytes
+        self.columns: dict[str, list] = {
+            c: [] for c in ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+        }
+        self.bytes = 0
+        self.first: dict[tuple[str, int], int] = {}
+        self.next: dict[tuple[str, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.columns["offset"])
+
+    @property
+    def full(self) -> bool:
+        return len(self) >= self.max_records or self.bytes >= self.max_bytes
+
+    def add(self, msg: Message) -> bool:
+        """Take ``msg`` unless it would pass a bound (the first record is always taken, however
+        large, so a run always progresses); False when refused."""
+        tp, offset = (msg.topic(), msg.partition()), msg.offset()
+        if offset < self.next.get(tp, -1):
+            return True  # delivered again (never expected): it is already in the batch
+        headers = msg.headers() or []
+        size = _size(msg.key(), msg.value(), headers)
+        if len(self) and (len(self) >= self.max_records or self.bytes + size > self.max_bytes):
+            return False
+        ts_type, ts = msg.timestamp()
+        for name, v in (
+            ("topic", tp[0]),
+            ("partition", tp[1]),
+            ("offset", offset),
+            ("timestamp", None if ts_type == _NO_TIMESTAMP else ts),
+            ("key", msg.key()),
+            ("value", msg.value()),
+            ("headers", [{"key": k, "value": hv} for k, hv in headers]),
+        ):
+            self.columns[name].append(v)
+        self.bytes += size
+        self.first.setdefault(tp, offset)
+        self.next[tp] = offset + 1
+        return True
+
+    def table(self, ingest_date: str) -> pa.Table:
+        n = len(self)
+        arrays = {
+            **{
+                f.name: pa.array(self.columns[f.name], f.type)
+                for f in RAW_SCHEMA
+                if f.name in self.columns and f.name != "timestamp"
+            },
+            "timestamp": pa.array(self.columns["timestamp"], pa.int64())
+            .cast(pa.timestamp("ms", tz="UTC"))
+            .cast(RAW_SCHEMA.field("timestamp").type),
+            "ingest_date": pa.array([dt.date.fromisoformat(ingest_date)] * n, pa.date32()),
+        }
+        return pa.table(
+            {f.name: arrays.get(f.name, pa.nulls(n, f.type)) for f in RAW_SCHEMA},
+            schema=RAW_SCHEMA,
+        )
+
+
+def _consume(consumer: Consumer, pending: set[tuple[str, int]], batch: _Batch, idle: float) -> bool:
+    """Fill ``batch`` until every partition reported its end, a bound is reached, or nothing came
+    for ``idle`` seconds. True when a bound ended it."""
+    quiet_since = time.monotonic()
+    while pending:
+        msgs = consumer.consume(
+            num_messages=max(1, min(_CONSUME_BATCH, batch.max_records - len(batch))),
+            timeout=_POLL_SECONDS,
+        )
+        if not msgs:
+            if time.monotonic() - quiet_since > idle:
+                log.warning(
+                    "no end of partition reported within %.0f s for %s; ending the batch",
+                    idle,
+                    ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
+                )
+                return False
+            continue
+        quiet_since = time.monotonic()
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                if not batch.add(msg):
+                    return True
+            elif err.code() == _END_OF_PARTITION:
+                pending.discard((msg.topic(), msg.partition()))
+            elif err.code() == _OFFSET_GONE:
+                raise KafkaIngestError(
+                    f"{msg.topic()}[{msg.partition()}]: the next offset to ingest is no longer on "
+                    f"the broker (retention or a recreated topic): {err.str()}"
+                )
+            else:
+                raise KafkaIngestError(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+        if batch.full:
+            return True
+    return False
+
+
+def ingest_kafka(
+    warehouse: Path,
+    source: SourceConfig,
+    max_records: int | None = None,
+    max_bytes: int | None = None,
+    date: str | None = None,
+) -> KafkaIngestResult:
+    """Read the source's topic-partitions from the offsets stored in ``raw/<source>`` (the
+    earliest offset for a partition never read) and append what came, at most ``max_records``
+    records and ``max_bytes`` bytes (default: the source's settings), as one Delta commit in the
+    ``ingest_date`` partition ``date`` (default: today, UTC). Nothing new: no commit."""
+    kafka = source.kafka
+    if source.transport != "kafka" or kafka is None:
+        raise KafkaIngestError(f"source {source.name} is not a transport: kafka source")
+    date = date or dt.datetime.now(dt.UTC).date().isoformat()
+    uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    batch = _Batch(max_records or kafka.max_records, max_bytes or kafka.max_bytes)
+    consumer = _consumer(source)
+    try:
+        partitions = _partitions(consumer, source)
+        result = KafkaIngestResult(0, 0, None, date)
+        if not partitions:
+            return result
+        read_version, stored = lake.kafka_offsets(uri, RAW_SCHEMA, partitions)
+        consumer.assign(
+            [TopicPartition(t, p, stored.get((t, p), OFFSET_BEGINNING)) for t, p in partitions]
+        )
+        result.bounded = _consume(consumer, set(partitions), batch, kafka.idle_timeout_seconds)
+        if not len(batch):
+            return result
+        for (topic, partition), first in sorted(batch.first.items()):
+            result.offsets.setdefault(topic, {})[partition] = [
+                first,
+                batch.next[(topic, partition)],
+            ]
+        metadata = {
+            "records": len(batch),
+            "bytes": batch.bytes,
+            "ingest_date": date,
+            "offsets": result.offsets,
+        }
+        result.version = lake.append_kafka_batch(
+            uri, batch.table(date), read_version, batch.next, metadata
+        )
+        result.records, result.bytes = len(batch), batch.bytes
+        if kafka.commit_consumer_offsets:
+            _commit_group_offsets(consumer, source, batch.next)
+        return result
+    finally:
+        consumer.close()
+
+
+def _commit_group_offsets(
+    consumer: Consumer, source: SourceConfig, next_offsets: dict[tuple[str, int], int]
+) -> None:
+    """Lag monitors read the group's offsets; ingestion never does, so a failure only warns."""
+    offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(next_offsets.items())]
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as e:
+        log.warning("source %s: consumer-group offsets not committed: %s", source.name, e)
