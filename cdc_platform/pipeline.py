@@ -44,6 +44,7 @@ class NormalizeResult:
     ddl: int = 0
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
     tables: dict[str, TableChanges] = field(default_factory=dict)
+    ddl_by_table: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,6 +136,7 @@ def normalize_source(
                 pc.max(data["event_time"]).as_py(),
                 plan.declared,
             )
+        result.ddl_by_table = _write_ddl_log(warehouse, source, parsed, dates)
         q = pa.concat_tables(quarantine, promote_options="permissive")
         lake.overwrite_partitions(lake.table_uri(warehouse, lake.QUARANTINE, source.name), q, dates)
         reasons = q.group_by("reason").aggregate([("reason", "count")]).to_pylist()
@@ -143,6 +145,55 @@ def normalize_source(
     finally:
         parsed.unpersist()
     return result
+
+
+def _recompute_partial_keys(
+    spark: SparkSession,
+    cl_uri: str,
+    cur_uri: str,
+    newest: DataFrame,
+    key: list[str],
+    truncated_before: str | None,
+    options: TableConfig,
+) -> DataFrame:
+    """Keys whose current row came from a partial image (TOAST, SharePlex, ignored nulls) take
+    some values from older changes, so a late older change can still fill them: rebuild those
+    keys from the whole change log, flagged to replace the row whatever its sequence."""
+    current = lake.read(spark, cur_uri)
+    if C.PARTIAL_NEWEST_COL not in current.columns:
+        return newest
+    fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
+    touched = newest.select(*key).join(fragile, key, "left_semi").persist()
+    try:
+        if touched.isEmpty():
+            return newest
+        history = apply.touching(lake.read(spark, cl_uri), touched, key)
+        rebuilt = apply.latest_per_key(
+            history, key, truncated_before, options.ignore_null_updates
+        ).join(touched, key, "left_semi")
+        untouched = newest.join(touched, key, "left_anti")
+        replaced = rebuilt.withColumn(lake.REBUILT, F.lit(True))
+        return untouched.withColumn(lake.REBUILT, F.lit(False)).unionByName(replaced)
+    finally:
+        touched.unpersist()
+
+
+def _write_ddl_log(
+    warehouse: Path, source: SourceConfig, parsed: DataFrame, dates: list[str]
+) -> dict[str, int]:
+    """Each table's DDL statements of ``dates`` into ddl/<source>/<table> (replacing those
+    dates in every DDL log of the source, so a reprocessed date never keeps stale rows)."""
+    ddl = normalize.ddl_records(parsed).toArrow()
+    names = [normalize.routed_name(q, source) for q in ddl["qualified_table"].to_pylist()]
+    ddl = ddl.drop_columns(["qualified_table"])
+    existing = {Path(u).name for u in lake.tables_under(warehouse, lake.DDL, source.name)}
+    counts = {}
+    for name in sorted(existing | set(names)):
+        rows = ddl.filter(pa.array([n == name for n in names], pa.bool_()))
+        uri = lake.table_uri(warehouse, lake.DDL, source.name, name)
+        lake.overwrite_partitions(uri, rows, dates)
+        counts[name] = rows.num_rows
+    return counts
 
 
 def merge_current(
@@ -180,9 +231,14 @@ def merge_current(
             f"{lake.quoted(C.SEQUENCE_COL)} < '{truncate}'",
             {**state, "truncated_before": truncated_before},
         )
-    rows = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates).toArrow()
+    newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
+    if not full_refresh and lake.exists(cur_uri):
+        newest = _recompute_partial_keys(
+            spark, cl_uri, cur_uri, newest, key, truncated_before, options
+        )
+    rows = newest.toArrow()
     if full_refresh:
-        lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state)
+        lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state, key=key)
         metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
     else:
         metrics = lake.upsert_newer(
@@ -279,3 +335,93 @@ def current_rows(spark: SparkSession, warehouse: Path, source: str, table: str) 
     if df is None:
         return None
     return df.where(~F.col(C.DELETED_COL)).drop(*C.CURRENT_META)
+
+
+@dataclass
+class HistoryResult:
+    versions_written: int  # history rows inserted or changed
+    versions_removed: int  # history rows deleted (a recomputed key no longer has them)
+    rows: int  # rows in the history table
+    version: int | None  # the history table's Delta version
+    changelog_version: int | None  # the change-log version the history reflects
+
+
+def update_history(
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    table: TableConfig,
+    full_refresh: bool = False,
+) -> HistoryResult:
+    """Bring ``history/<source>/<table>`` (SCD type 2) up to date with the change log.
+
+    The keys that the change-log files added or removed since the last run touch get their whole
+    history recomputed from the whole change log, and their rows replaced in one commit that also
+    records the change-log version: reruns, late and shuffled partitions all converge on the
+    history of one in-order replay. When the change log's truncates change (one came or went),
+    or with ``full_refresh``, every key is recomputed.
+    """
+    import hashlib  # imported here: this step is appended to the module
+
+    from cdc_platform.spark import history
+
+    cl_uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table.name)
+    h_uri = lake.table_uri(warehouse, lake.HISTORY, source, table.name)
+    cl_version = lake.version(cl_uri)
+    if cl_version is None:
+        return HistoryResult(0, 0, lake.row_count(h_uri), lake.version(h_uri), None)
+    key = lake.state(cl_uri)["key"]
+    state = {} if full_refresh else lake.state(h_uri)
+    applied = state.get("changelog_version")
+    if applied == cl_version:
+        return HistoryResult(0, 0, lake.row_count(h_uri), lake.version(h_uri), cl_version)
+    changelog = lake.read(spark, cl_uri)
+    truncates = history.truncates_of(changelog)
+    fingerprint = hashlib.sha256(json.dumps(truncates).encode()).hexdigest()[:16]
+    new_state = {"changelog_version": cl_version, "key": key, "truncates": fingerprint}
+    columns = [f.name for f in changelog.schema["after"].dataType.fields]
+    tracked = table.tracked_columns([c for c in columns if c not in key])
+    changed = None
+    if applied is not None and state.get("truncates") == fingerprint:
+        changed = lake.files_changed_since(cl_uri, applied)
+    if changed is None:  # first run, full refresh, truncates changed, or old files vacuumed
+        data = _nullable(
+            history.history_rows(
+                changelog, key, tracked, table.ignore_null_updates, truncates=truncates
+            ).toArrow()
+        )
+        removed = lake.row_count(h_uri)
+        lake.replace(h_uri, data, new_state)
+        return HistoryResult(data.num_rows, removed, data.num_rows, lake.version(h_uri), cl_version)
+    affected = history.touched_keys(lake.read(spark, cl_uri, only_files=changed), key)
+    data = _nullable(
+        history.history_rows(
+            changelog, key, tracked, table.ignore_null_updates, affected, truncates
+        ).toArrow()
+    )
+    # Versions of the recomputed keys that no longer exist: the same MERGE deletes them.
+    ids = [*key, history.START_AT]
+    old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi").select(*ids)
+    gone = old.toArrow().join(data.select(ids), ids, join_type="left anti")
+    merged = pa.concat_tables(
+        [
+            data.append_column("__drop", pa.repeat(False, data.num_rows)),
+            gone.append_column("__drop", pa.repeat(True, gone.num_rows)),
+        ],
+        promote_options="permissive",
+    )
+    metrics = lake.replace_versions(h_uri, merged, key, history.START_AT, "__drop", new_state)
+    written = metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0)
+    return HistoryResult(
+        int(written),
+        int(metrics.get("num_target_rows_deleted", 0)),
+        lake.row_count(h_uri),
+        lake.version(h_uri),
+        cl_version,
+    )
+
+
+def _nullable(data: pa.Table) -> pa.Table:
+    """Every column nullable: MERGE sources carry null rows, and Spark's non-null flags would
+    otherwise become Delta column constraints."""
+    return data.cast(pa.schema([f.with_nullable(True) for f in data.schema]))

@@ -83,6 +83,20 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
         )
         for t in tables
     ]
+    specs += [
+        dg.AssetSpec(
+            asset_key(delta.DDL, source.name, t.name),
+            deps=deps,
+            group_name=source.name,
+            partitions_def=daily,
+            kinds={"spark", "delta"},
+            description=(
+                f"DDL log of `{t.match}`: every schema-change statement the source sent for it "
+                "(statement, sequence, event time, raw coordinates), partitioned like raw."
+            ),
+        )
+        for t in tables
+    ]
     specs.append(
         dg.AssetSpec(
             asset_key(delta.QUARANTINE, source.name),
@@ -129,6 +143,16 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                     "rows_by_op": dg.MetadataValue.json(ops),
                     **_event_time(written.max_event_time if written else None),
                     **delta_metadata(uri),
+                },
+            )
+        for table in tables:
+            yield dg.MaterializeResult(
+                asset_key=asset_key(delta.DDL, source.name, table.name),
+                metadata={
+                    "dagster/partition_row_count": result.ddl_by_table.get(table.name, 0),
+                    **delta_metadata(
+                        delta.table_uri(lake.warehouse_path, delta.DDL, source.name, table.name)
+                    ),
                 },
             )
         yield dg.MaterializeResult(
@@ -191,6 +215,40 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
     return current
 
 
+def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDefinition:
+    tracked = table.track_history_column_list or table.track_history_except_column_list
+
+    @dg.asset(
+        key=asset_key(delta.HISTORY, source.name, table.name),
+        deps=[asset_key(delta.CHANGELOG, source.name, table.name)],
+        group_name=source.name,
+        kinds={"spark", "delta"},
+        automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
+        description=(
+            f"SCD type 2 history of `{table.match}`: one row per version of each key with "
+            "`__start_at`/`__end_at` (sequence) and `__start_time`/`__end_time` (event time), "
+            "`__is_current`, `__is_deleted`. Late events are placed where they belong"
+            + (" ; only changes to the tracked columns open a version." if tracked else ".")
+        ),
+    )
+    def history(spark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
+        built = pipeline.update_history(
+            spark_session(spark), lake.warehouse_path, source.name, table
+        )
+        uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
+        return dg.MaterializeResult(
+            metadata={
+                "dagster/row_count": built.rows,
+                "versions_written": built.versions_written,
+                "versions_removed": built.versions_removed,
+                "changelog_version": built.changelog_version,
+                **delta_metadata(uri),
+            }
+        )
+
+    return history
+
+
 def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     """Everything one source contributes: assets, its ingest job and landing sensor."""
     landing_dir = catalog.landing_for(source)
@@ -198,6 +256,7 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     raw = build_raw_asset(source, landing_dir)
     changelog = build_changelog_asset(source, tables)
     currents = [build_current_asset(source, t) for t in tables]
+    currents += [build_history_asset(source, t) for t in tables if t.history]
     job = dg.define_asset_job(
         f"{source.name}__ingest",
         selection=dg.AssetSelection.assets(raw, changelog),

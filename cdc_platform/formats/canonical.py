@@ -77,7 +77,10 @@ SEQUENCE_COL = "__sequence"
 OP_COL = "__op"
 EVENT_TIME_COL = "__event_time"
 DELETED_COL = "__deleted"
-CURRENT_META = (SEQUENCE_COL, OP_COL, EVENT_TIME_COL, DELETED_COL)
+# True when the key's newest change carried only some columns (a partial image): the others
+# come from older changes, so a late older change can still matter for that key.
+PARTIAL_NEWEST_COL = "__partial"
+CURRENT_META = (SEQUENCE_COL, OP_COL, EVENT_TIME_COL, DELETED_COL, PARTIAL_NEWEST_COL)
 
 
 def raw_position() -> Column:

@@ -10,8 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
@@ -22,14 +24,27 @@ RAW = "raw"
 CHANGELOG = "changelog"
 CURRENT = "current"
 QUARANTINE = "quarantine"
+DDL = "ddl"
 HISTORY = "history"
-LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE, HISTORY)
+LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE, HISTORY, DDL)
 PARTITION_COLUMN = "ingest_date"
 # Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
 # unknown table properties), so state and data change in one atomic commit.
 STATE_KEY = "cdc.state"
+# A merge source column: true rows replace the target row whatever the sequences.
+REBUILT = "__rebuilt"
 # Several row groups per file: Spark splits a Parquet file into tasks by row group.
 WRITER = WriterProperties(max_row_group_size=64 * 1024)
+# Current tables are written sorted by key in files of about this size (compressed), and
+# delta-rs's MERGE writes the files it rewrites at this size too (the table property): a merge
+# then reads and rewrites only the files whose key range (min/max statistics) holds a key of its
+# batch. Snappy: half the bytes of uncompressed Parquet (WRITER's default) for about the same
+# CPU; ZSTD gives a third of the bytes but costs a merge that rewrites everything 30% more CPU.
+CURRENT_FILE_SIZE = 16 * 2**20
+CURRENT_WRITER = WriterProperties(max_row_group_size=64 * 1024, compression="SNAPPY")
+_LAYOUT = {"delta.targetFileSize": str(CURRENT_FILE_SIZE)}
+# At most this many key ranges in the predicate that limits a MERGE's scan.
+_MAX_KEY_RANGES = 64
 
 
 def key_path(layer: str, source: str, table: str | None = None) -> list[str]:
@@ -180,18 +195,81 @@ def replace_where(uri: str, data: pa.Table, predicate: str) -> int:
     return DeltaTable(uri).version()
 
 
-def replace(uri: str, data: pa.Table, state: dict[str, Any]) -> int:
-    """Replace the whole table (a new version: time travel still reaches the old one)."""
+def replace(uri: str, data: pa.Table, state: dict[str, Any], key: list[str] | None = None) -> int:
+    """Replace the whole table (a new version: time travel still reaches the old one).
+
+    With ``key`` (a current table), the rows are written sorted by it, in the current layout."""
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    layout: dict[str, Any] = {"writer_properties": WRITER}
+    if key:
+        data = data.sort_by([(k, "ascending") for k in key])
+        layout = {
+            "writer_properties": CURRENT_WRITER,
+            "configuration": _LAYOUT,
+            "target_file_size": CURRENT_FILE_SIZE,
+        }
+        _keep_layout(uri)
     write_deltalake(
-        uri,
-        data,
-        mode="overwrite",
-        schema_mode="overwrite",
-        commit_properties=props,
-        writer_properties=WRITER,
+        uri, data, mode="overwrite", schema_mode="overwrite", commit_properties=props, **layout
     )
     return DeltaTable(uri).version()
+
+
+def _keep_layout(uri: str) -> None:
+    """Give a current table written before the layout existed its file-size property."""
+    if exists(uri):
+        dt = DeltaTable(uri)
+        if dt.metadata().configuration.get("delta.targetFileSize") != str(CURRENT_FILE_SIZE):
+            dt.alter.set_table_properties(_LAYOUT)
+
+
+def _key_ranges(uri: str, data: pa.Table, key: list[str]) -> str | None:
+    """A predicate on the target's first key column that every target row matching a key of
+    ``data`` satisfies, narrow enough for delta-rs to skip, by their min/max statistics, the files
+    that hold none of those keys (its own early filter skips no file when the MERGE source is
+    streamed, the default). Integer keys: one range per group of files holding batch keys;
+    string keys: the batch's min to max; other types: None. The bounds are batch keys, so the
+    predicate holds for every matching row whatever the statistics say."""
+    col, values = key[0], data[key[0]].drop_null()
+    if len(values) == 0:
+        return None
+    target = f"t.{_quote(col)}"
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        lo, hi = ("'" + v.as_py().replace("'", "''") + "'" for v in pc.min_max(values).values())
+        return f"{target} BETWEEN {lo} AND {hi}"
+    if not pa.types.is_integer(values.type):
+        return None
+    keys = np.unique(values.to_numpy())
+    ranges = [(keys[0], keys[-1])]
+    stats = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+    lows, highs = (f"{m}.{col}" for m in ("min", "max"))
+    if {lows, highs} <= set(stats.column_names) and not (
+        stats[lows].null_count or stats[highs].null_count
+    ):
+        # The batch keys inside each file's [min, max]: one range per file that has any.
+        first = np.searchsorted(keys, stats[lows].to_numpy(), "left")
+        last = np.searchsorted(keys, stats[highs].to_numpy(), "right") - 1
+        hit = first <= last
+        found = sorted(zip(keys[first[hit]], keys[last[hit]], strict=True))
+        if found:
+            ranges = [found[0]]
+            for lo, hi in found[1:]:  # overlapping files, overlapping ranges: join them
+                if lo <= ranges[-1][1]:
+                    ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+                else:
+                    ranges.append((lo, hi))
+        # (no file holds a batch key: all keys are new; the one range overlaps no file)
+    if len(ranges) > _MAX_KEY_RANGES:  # join neighbours across all but the widest gaps
+        gaps = np.array([b[0] - a[1] for a, b in zip(ranges[:-1], ranges[1:], strict=True)])
+        cuts = set(np.argsort(gaps)[len(gaps) - (_MAX_KEY_RANGES - 1) :].tolist())
+        joined = [ranges[0]]
+        for i, (lo, hi) in enumerate(ranges[1:]):
+            if i in cuts:
+                joined.append((lo, hi))
+            else:
+                joined[-1] = (joined[-1][0], hi)
+        ranges = joined
+    return "(" + " OR ".join(f"{target} BETWEEN {lo} AND {hi}" for lo, hi in ranges) + ")"
 
 
 def files_added_since(uri: str, since_version: int) -> list[str] | None:
@@ -215,22 +293,31 @@ def upsert_newer(
 
     The sequence condition makes the merge idempotent and order-insensitive: replaying a batch,
     or a late, older batch, leaves newer rows untouched. A row whose ``partial`` column lists
-    columns updates only those (and the ``__`` bookkeeping); the rest keep their values.
+    columns updates only those (and the ``__`` bookkeeping); the rest keep their values. A row
+    whose ``REBUILT`` column is true replaces its key's row whatever the sequences.
     """
+    extra = [c for c in (partial, REBUILT) if c in data.column_names]
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
     if not exists(uri):
         write_deltalake(
             uri,
-            data.drop_columns([partial]),
+            data.drop_columns(extra).sort_by([(k, "ascending") for k in key]),
             mode="append",
             commit_properties=props,
-            writer_properties=WRITER,
+            writer_properties=CURRENT_WRITER,
+            configuration=_LAYOUT,
+            target_file_size=CURRENT_FILE_SIZE,
         )
         return {"num_target_rows_inserted": data.num_rows, "num_target_rows_updated": 0}
     _widen(uri, data.schema)
     target = set(arrow_schema(uri).names)
+    _keep_layout(uri)
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
+    if ranges := _key_ranges(uri, data, key):
+        on += f" AND {ranges}"
     newer = f"s.{_quote(sequence)} > t.{_quote(sequence)}"
+    if REBUILT in data.column_names:
+        newer = f"({newer} OR s.{_quote(REBUILT)})"
     p = f"s.{_quote(partial)}"
 
     def carried(col: str) -> str:
@@ -239,29 +326,39 @@ def upsert_newer(
         kept = f" ELSE t.{_quote(col)}" if col in target else ""
         return f"CASE WHEN array_contains({p}, '{col}') THEN s.{_quote(col)}{kept} END"
 
-    columns = [c for c in data.column_names if c != partial]
+    columns = [c for c in data.column_names if c not in extra]
     # A full image sets every user column: one the batch lacks altogether (dropped at the
     # source) becomes null rather than keeping a stale value.
     full = {c: f"s.{_quote(c)}" for c in columns}
     full |= {c: "NULL" for c in target if c not in full and not c.startswith("__")}
-    return (
-        DeltaTable(uri)
-        .merge(
+    dt = DeltaTable(uri)
+    metrics = (
+        dt.merge(
             data,
             on,
             source_alias="s",
             target_alias="t",
             merge_schema=True,
             commit_properties=props,
-            writer_properties=WRITER,
+            writer_properties=CURRENT_WRITER,
         )
         .when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
         .when_matched_update(
             {c: carried(c) for c in columns}, predicate=f"{newer} AND {p} IS NOT NULL"
         )
-        .when_not_matched_insert_all(except_cols=[partial])
+        .when_not_matched_insert_all(except_cols=extra)
         .execute()
     )
+    _record_state_if_no_commit(uri, dt.version(), props)
+    return metrics
+
+
+def _record_state_if_no_commit(uri: str, version_before: int, props: CommitProperties) -> None:
+    """A MERGE that changes nothing makes no commit: record the state in an empty one."""
+    if DeltaTable(uri).version() == version_before:
+        write_deltalake(
+            uri, arrow_schema(uri).empty_table(), mode="append", commit_properties=props
+        )
 
 
 def delete_where(uri: str, predicate: str, state: dict[str, Any]) -> int:
@@ -296,3 +393,140 @@ def describe(uri: str) -> dict[str, Any]:
     """Version, file count and Arrow schema of a table, for materialization metadata."""
     dt = DeltaTable(uri)
     return {"version": dt.version(), "files": len(dt.file_uris()), "schema": pa.schema(dt.schema())}
+
+
+# --- history ---
+
+
+def files_changed_since(uri: str, since_version: int) -> list[str] | None:
+    """Files added since version ``since_version`` and files removed since then (still on disk,
+    so their rows can be read); None when that version or a removed file is gone (vacuumed)."""
+    try:
+        before = set(DeltaTable(uri, version=since_version).file_uris())
+    except Exception:  # delta-rs raises its own error types for a missing version
+        return None
+    now = set(DeltaTable(uri).file_uris())
+    removed = before - now
+    if any("://" not in f and not Path(f).exists() for f in removed):
+        return None
+    return sorted((now - before) | removed)
+
+
+def row_count(uri: str) -> int:
+    """Rows in the table's snapshot, from the file statistics (reads no data)."""
+    if not exists(uri):
+        return 0
+    return int(sum(DeltaTable(uri).get_add_actions(flatten=True)["num_records"].to_pylist()))
+
+
+def replace_versions(
+    uri: str, data: pa.Table, key: list[str], start: str, drop: str, state: dict[str, Any]
+) -> dict[str, int]:
+    """Replace some keys' rows of a history table in one commit: MERGE on ``key`` + ``start``.
+    A source row flagged ``drop`` deletes its match; the others update their match when a value
+    differs, or are inserted. Records ``state``."""
+    _widen(uri, data.schema)
+    props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    on = " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in [*key, start])
+    columns = [c for c in data.column_names if c != drop]
+    changed = "TRUE"
+    if set(columns) <= set(arrow_schema(uri).names):
+        changed = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" for c in columns)
+    dropped = f"s.{_quote(drop)}"
+    dt = DeltaTable(uri)
+    metrics = (
+        dt.merge(
+            data,
+            on,
+            source_alias="s",
+            target_alias="t",
+            merge_schema=True,
+            commit_properties=props,
+            writer_properties=WRITER,
+        )
+        .when_matched_delete(predicate=dropped)
+        .when_matched_update_all(predicate=f"NOT {dropped} AND ({changed})", except_cols=[drop])
+        .when_not_matched_insert_all(predicate=f"NOT {dropped}", except_cols=[drop])
+        .execute()
+    )
+    _record_state_if_no_commit(uri, dt.version(), props)
+    return metrics
+
+
+# --- kafka ---
+
+# Commit metadata of a Kafka batch: the offset ranges it covers, for people and monitors. The
+# offsets ingestion resumes from are the txn actions below, part of the table state itself.
+KAFKA_KEY = "cdc.kafka"
+
+
+def kafka_app_id(topic: str, partition: int) -> str:
+    """The Delta transaction identifier (``txn`` app id) of one topic-partition; its version is
+    the next offset to read."""
+    return f"cdc.kafka/{topic}/{partition}"
+
+
+def kafka_offsets(
+    uri: str, schema: pa.Schema, partitions: list[tuple[str, int]]
+) -> tuple[int, dict[tuple[str, int], int]]:
+    """The raw table's version and the next offset of each partition it has records of.
+
+    Creates the (empty, ``ingest_date``-partitioned) table when absent, so every batch commits
+    against a version it read: see ``append_kafka_batch``."""
+    if not exists(uri):
+        try:
+            DeltaTable.create(uri, schema, mode="ignore", partition_by=[PARTITION_COLUMN])
+        except Exception:  # a concurrent run created it first; delta-rs has no common base class
+            if not exists(uri):
+                raise
+    dt = DeltaTable(uri)
+    found = {}
+    for topic, partition in partitions:
+        offset = dt.transaction_version(kafka_app_id(topic, partition))
+        if offset is not None:
+            found[(topic, partition)] = offset
+    return dt.version(), found
+
+
+def append_kafka_batch(
+    uri: str,
+    data: pa.Table,
+    read_version: int,
+    next_offsets: dict[tuple[str, int], int],
+    metadata: dict[str, Any],
+) -> int:
+    """Append one batch and set each partition's next offset in the same commit.
+
+    The commit is made against ``read_version``, the version the offsets were read from: when
+    another run committed offsets of the same partitions since, Delta's conflict check on the
+    transaction identifiers fails this commit instead of storing the records twice."""
+    txns = [Transaction(kafka_app_id(t, p), o) for (t, p), o in sorted(next_offsets.items())]
+    props = CommitProperties(
+        custom_metadata={KAFKA_KEY: json.dumps(metadata)}, app_transactions=txns
+    )
+    write_deltalake(
+        DeltaTable(uri, version=read_version),
+        data,
+        mode="append",
+        schema_mode="merge",
+        commit_properties=props,
+        writer_properties=WRITER,
+    )
+    return DeltaTable(uri).version()
+
+
+def kafka_batches(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The ``cdc.kafka`` metadata of the table's Kafka batches, newest first, with ``version``."""
+    if not exists(uri):
+        return []
+    return [
+        {**json.loads(c[KAFKA_KEY]), "version": c["version"]}
+        for c in DeltaTable(uri).history(limit)
+        if KAFKA_KEY in c
+    ]
+
+
+def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
+    """The table's snapshot as Arrow, without Spark (small tables: tests, previews); None if
+    absent."""
+    return DeltaTable(uri).to_pyarrow_table(columns=columns) if exists(uri) else None

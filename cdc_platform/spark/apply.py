@@ -78,7 +78,7 @@ def latest_per_key(
     full_in_batch = F.max(F.when(F.col("__present").isNull(), F.lit(1))).isNotNull()
     newest = rows.groupBy("__k").agg(
         *[newest_carrying(c) for c in columns if c not in key],
-        F.max_by(F.struct("__seq", "__op", "__time"), "__seq").alias("__n"),
+        F.max_by(F.struct("__seq", "__op", "__time", "__present"), "__seq").alias("__n"),
         F.when(~full_in_batch, F.array_distinct(F.flatten(F.collect_list("__present")))).alias(
             PARTIAL_COL
         ),
@@ -89,7 +89,20 @@ def latest_per_key(
         F.col("__n.__op").alias(C.OP_COL),
         F.col("__n.__time").alias(C.EVENT_TIME_COL),
         (F.col("__n.__op") == C.DELETE).alias(C.DELETED_COL),
+        F.col("__n.__present").isNotNull().alias(C.PARTIAL_NEWEST_COL),
         PARTIAL_COL,
+    )
+
+
+def touching(changelog: DataFrame, keys: DataFrame, key: list[str]) -> DataFrame:
+    """The change records of ``keys`` (a frame of key columns): those on the key, and key
+    changes moving away from it."""
+    on_key = F.struct(*[F.col("key")[k].alias(k) for k in key])
+    before_key = F.struct(*[F.col("before")[k].alias(k) for k in key])
+    wanted = keys.select(F.struct(*key).alias("__wanted"))
+    moves = changelog.where(before_key != on_key)  # null-safe enough: no before, no move
+    return changelog.join(wanted, on_key == F.col("__wanted"), "left_semi").unionByName(
+        moves.join(wanted, before_key == F.col("__wanted"), "left_semi")
     )
 
 

@@ -78,6 +78,21 @@ def _evolve(plan: TablePlan, col: str, spec: ColumnSpec, prior_type: str | None)
     return None
 
 
+def ddl_records(parsed: DataFrame) -> DataFrame:
+    """The DDL log rows of a parsed batch: statement, where it applies, when, and whence."""
+    return parsed.where(F.col("kind") == C.KIND_DDL).select(
+        "qualified_table", "database", "schema", "table", F.col("ddl").alias("statement"),
+        "op", "sequence", "event_time", "source_format",
+        "topic", "partition", "offset", "file", "line", "ingest_date",
+    )  # fmt: skip
+
+
+def routed_name(qualified: str, source: SourceConfig) -> str:
+    """The table name a qualified source name is stored under: declared, else derived."""
+    cfg = _match(qualified, source.tables)
+    return cfg.name if cfg else table_name(qualified)
+
+
 def _match(qualified: str, tables: list[TableConfig]) -> TableConfig | None:
     """The declared table for a qualified name: exact, else a dotted suffix (``schema.table``)."""
     exact = [t for t in tables if t.match == qualified]
@@ -163,7 +178,7 @@ def plan_tables(
         for col, sql_type in configured.items():
             if plan.hbase:
                 plan.specs[col] = hbase_spec(sql_type)
-            elif plan.specs.get(col, STRING).type != sql_type:
+            elif col not in plan.specs or plan.specs[col].type != sql_type:
                 # Same type as the format says: keep the format's decoder (base64 bytes, ...).
                 plan.specs[col] = ColumnSpec(sql_type)
             if not plan.hbase and (

@@ -156,3 +156,24 @@ def test_tombstone_retention(spark, warehouse, tmp_path, retention):
     assert merged.rows == 0
     # The 2020 tombstone is past 30 days; the 2030 one is not.
     assert merged.deleted_rows == (2 if retention is None else 1)
+
+
+def test_ddl_events_are_kept_per_table(spark, warehouse, tmp_path):
+    alter = "ALTER TABLE t ADD COLUMN note text"
+    schema_change = {
+        "source": {"db": "app", "schema": "public", "table": "t", "lsn": 15, "ts_ms": NOW_MS},
+        "databaseName": "app", "ddl": alter, "ts_ms": NOW_MS,
+    }  # fmt: skip
+    path = tmp_path / "dt=2026-01-01" / "events.kafka.jsonl"
+    path.parent.mkdir(parents=True)
+    records = [
+        {"offset": 0, "key": {"id": 1}, "value": _event("c", 10, after={"id": 1, "name": "a"})},
+        {"offset": 1, "value": schema_change},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])
+    for _ in range(2):  # reprocessing the date replaces its DDL rows
+        _, result = pipeline.replay(spark, warehouse, [path], source, "2026-01-01")
+        assert result.ddl_by_table == {"t": 1}
+    ddl = lake.read(spark, lake.table_uri(warehouse, lake.DDL, "s", "t")).toArrow().to_pylist()
+    assert [(r["statement"], r["table"], r["offset"]) for r in ddl] == [(alter, "t", 1)]
