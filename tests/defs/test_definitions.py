@@ -8,7 +8,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_platform.catalog import CatalogError, KafkaConfig, SourceConfig, load_catalog
 from cdc_platform.definitions import defs
+from cdc_platform.defs.cdc_tables import build_source_defs
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).with_name("asset_keys.txt")
@@ -53,3 +55,11 @@ def test_workspace_yaml_loads(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "All code locations passed validation" in done.stderr + done.stdout
+
+
+def test_a_kafka_source_is_refused_in_one_line_until_it_has_assets():
+    source = SourceConfig(
+        name="k", transport="kafka", kafka=KafkaConfig(bootstrap_servers="h:9092", topics=["t"])
+    )
+    with pytest.raises(CatalogError, match="transport kafka has no Dagster assets yet"):
+        build_source_defs(source, load_catalog(ROOT / "sources.yaml"))
