@@ -8,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 3000
 DAGSTER_HOME := $(CURDIR)/var/dagster_home
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench bench-merge clean
 
 install: $(STAMP)
 
@@ -36,6 +36,9 @@ lint: install
 
 bench: install
 	$(BIN)/python bench/throughput.py
+
+bench-merge: install
+	$(BIN)/python bench/incremental_merge.py
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache

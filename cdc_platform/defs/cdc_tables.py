@@ -67,47 +67,42 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     seen for the first time is routed too (its change log is written) and reported, and gets its
     assets when the code location reloads.
     """
-    deps = [asset_key(delta.RAW, source.name)]
-    specs = [
-        dg.AssetSpec(
-            asset_key(delta.CHANGELOG, source.name, t.name),
-            deps=deps,
+
+    def spec(layer: str, table: str | None, description: str) -> dg.AssetSpec:
+        return dg.AssetSpec(
+            asset_key(layer, source.name, table),
+            deps=[asset_key(delta.RAW, source.name)],
             group_name=source.name,
             partitions_def=daily,
             kinds={"spark", "delta"},
-            description=(
-                f"Change log of `{t.match}`: one canonical change record per row change (op, "
-                "key, typed before/after images, sequence, event time, transaction id, raw "
-                "coordinates), partitioned like raw."
-            ),
+            description=description,
+        )
+
+    specs = [
+        spec(
+            delta.CHANGELOG,
+            t.name,
+            f"Change log of `{t.match}`: one canonical change record per row change (op, key, "
+            "typed before/after images, sequence, event time, transaction id, raw coordinates), "
+            "partitioned like raw.",
         )
         for t in tables
     ]
     specs += [
-        dg.AssetSpec(
-            asset_key(delta.DDL, source.name, t.name),
-            deps=deps,
-            group_name=source.name,
-            partitions_def=daily,
-            kinds={"spark", "delta"},
-            description=(
-                f"DDL log of `{t.match}`: every schema-change statement the source sent for it "
-                "(statement, sequence, event time, raw coordinates), partitioned like raw."
-            ),
+        spec(
+            delta.DDL,
+            t.name,
+            f"DDL log of `{t.match}`: every schema-change statement the source sent for it "
+            "(statement, sequence, event time, raw coordinates), partitioned like raw.",
         )
         for t in tables
     ]
     specs.append(
-        dg.AssetSpec(
-            asset_key(delta.QUARANTINE, source.name),
-            deps=deps,
-            group_name=source.name,
-            partitions_def=daily,
-            kinds={"spark", "delta"},
-            description=(
-                f"Messages of `{source.name}` that could not be parsed, keyed, typed or routed, "
-                "with the reason, raw bytes and coordinates. Nothing is dropped unseen."
-            ),
+        spec(
+            delta.QUARANTINE,
+            None,
+            f"Messages of `{source.name}` that could not be parsed, keyed, typed or routed, "
+            "with the reason, raw bytes and coordinates. Nothing is dropped unseen.",
         )
     )
 
