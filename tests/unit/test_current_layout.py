@@ -1,0 +1,132 @@
+"""Current-table layout: written sorted by key in bounded files; a merge rewrites only the files
+whose key range holds a key of its batch, and gives the same rows whatever the layout."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, WriterProperties, write_deltalake
+
+from cdc_platform.lake import delta as lake
+
+SEQ, PARTIAL = "__sequence", "__columns"
+
+
+@pytest.fixture(autouse=True)
+def small_files(monkeypatch):
+    # Files of a few thousand rows, so a few thousand rows make a table of several files.
+    size = 16 * 1024
+    monkeypatch.setattr(lake, "CURRENT_FILE_SIZE", size)
+    monkeypatch.setattr(lake, "_LAYOUT", {"delta.targetFileSize": str(size)})
+    monkeypatch.setattr(
+        lake, "CURRENT_WRITER", WriterProperties(max_row_group_size=1024, compression="SNAPPY")
+    )
+
+
+def _rows(ids, seq: int, key: str = "id") -> pa.Table:
+    ids = list(ids)
+    return pa.table(
+        {
+            key: ids,
+            "v": [f"{seq}-{i}" for i in ids],
+            SEQ: [f"{seq:05d}"] * len(ids),
+            PARTIAL: pa.nulls(len(ids), pa.list_(pa.string())),
+        }
+    )
+
+
+def _ranges(uri: str, col: str = "id") -> list[tuple]:
+    adds = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+    return sorted(zip(adds[f"min.{col}"].to_pylist(), adds[f"max.{col}"].to_pylist(), strict=True))
+
+
+def _upsert(uri: str, data: pa.Table, key: str = "id") -> tuple[int, int]:
+    """Merge; returns (files rewritten, files before)."""
+    before = set(DeltaTable(uri).file_uris()) if lake.exists(uri) else set()
+    lake.upsert_newer(uri, data, [key], SEQ, PARTIAL, {})
+    return len(before - set(DeltaTable(uri).file_uris())), len(before)
+
+
+def _table(uri: str, key: str = "id") -> dict:
+    t = DeltaTable(uri).to_pyarrow_table().to_pydict()
+    return dict(zip(t[key], t["v"], strict=True))
+
+
+def test_first_write_is_sorted_in_bounded_files(tmp_path):
+    uri = str(tmp_path / "cur")
+    _upsert(uri, _rows(np.random.default_rng(0).permutation(20_000).tolist(), 1))
+    ranges = _ranges(uri)
+    assert len(ranges) > 3
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # disjoint
+    assert DeltaTable(uri).metadata().configuration["delta.targetFileSize"] == str(16 * 1024)
+
+
+def test_a_merge_rewrites_only_the_files_holding_its_keys(tmp_path):
+    uri = str(tmp_path / "cur")
+    _upsert(uri, _rows(range(20_000), 1))
+    expected = {i: f"1-{i}" for i in range(20_000)}
+    ranges = _ranges(uri)
+    # Keys in the last file, and new keys past the end.
+    batch = _rows(range(ranges[-1][0], 20_500), 2)
+    assert _upsert(uri, batch)[0] == 1
+    expected |= {i: f"2-{i}" for i in range(ranges[-1][0], 20_500)}
+    # A key in the first file and one in the middle: two files.
+    middle = ranges[len(ranges) // 2][0]
+    assert _upsert(uri, _rows([3, middle], 3))[0] == 2
+    expected |= {3: "3-3", middle: f"3-{middle}"}
+    # Only new keys, before and after every file: nothing rewritten.
+    assert _upsert(uri, _rows([-7, 50_000], 4))[0] == 0
+    expected |= {-7: "4--7", 50_000: "4-50000"}
+    # An older batch changes nothing and rewrites nothing.
+    assert _upsert(uri, _rows(range(0, 20_000, 97), 1))[0] == 0
+    assert _table(uri) == expected
+
+
+def test_merges_are_right_on_an_unsorted_table(tmp_path):
+    # A table written before the layout existed: random order, overlapping file ranges.
+    uri = str(tmp_path / "cur")
+    first = _rows(np.random.default_rng(1).permutation(20_000).tolist(), 1)
+    write_deltalake(
+        uri,
+        first.drop_columns([PARTIAL]),
+        mode="append",
+        target_file_size=16 * 1024,
+        writer_properties=WriterProperties(max_row_group_size=1024),
+    )
+    expected = {i: f"1-{i}" for i in range(20_000)}
+    for seq, ids in enumerate(
+        [range(19_000, 21_000), np.random.default_rng(2).choice(25_000, 500, replace=False)], 2
+    ):
+        _upsert(uri, _rows([int(i) for i in ids], seq))
+        expected |= {int(i): f"{seq}-{i}" for i in ids}
+    assert _table(uri) == expected
+    assert DeltaTable(uri).metadata().configuration["delta.targetFileSize"] == str(16 * 1024)
+
+
+def test_string_keys(tmp_path):
+    uri = str(tmp_path / "cur")
+    names = [f"k'{i:05d}" for i in range(10_000)]
+    _upsert(uri, _rows(names, 1, "k"), "k")
+    rewritten, files = _upsert(uri, _rows(["k'09990", "k'09999", "zz"], 2, "k"), "k")
+    assert (rewritten, files > 1) == (1, True)
+    assert _table(uri, "k") == {n: f"1-{n}" for n in names} | {
+        n: f"2-{n}" for n in ["k'09990", "k'09999", "zz"]
+    }
+
+
+def test_many_ranges_are_joined_into_few(tmp_path):
+    uri = str(tmp_path / "cur")
+    _upsert(uri, _rows(range(0, 200_000, 2), 1))
+    batch = _rows(range(1, 200_000, 998), 2)  # odd: all new keys, in every file
+    predicate = lake._key_ranges(uri, batch, ["id"])
+    assert 1 < predicate.count("BETWEEN") <= lake._MAX_KEY_RANGES
+    assert _upsert(uri, batch)[0] == 0
+    assert len(_table(uri)) == 100_000 + len(batch)
+
+
+def test_replace_with_a_key_writes_the_layout(tmp_path):
+    uri = str(tmp_path / "cur")
+    data = _rows(np.random.default_rng(3).permutation(20_000).tolist(), 1).drop_columns([PARTIAL])
+    lake.replace(uri, data, {"key": ["id"]}, key=["id"])
+    ranges = _ranges(uri)
+    assert len(ranges) > 3 and all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert lake.state(uri) == {"key": ["id"]}
