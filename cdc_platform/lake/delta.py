@@ -33,15 +33,15 @@ PARTITION_COLUMN = "ingest_date"
 STATE_KEY = "cdc.state"
 # A merge source column: true rows replace the target row whatever the sequences.
 REBUILT = "__rebuilt"
-# Several row groups per file: Spark splits a Parquet file into tasks by row group.
-WRITER = WriterProperties(max_row_group_size=64 * 1024)
+# Several row groups per file: Spark splits a Parquet file into tasks by row group. Snappy: half
+# the bytes of uncompressed Parquet (delta-rs's default once writer properties are given) for
+# about the same CPU; ZSTD gives a third of the bytes but costs a full rewrite 30% more CPU.
+WRITER = WriterProperties(max_row_group_size=64 * 1024, compression="SNAPPY")
 # Current tables are written sorted by key in files of about this size (compressed), and
 # delta-rs's MERGE writes the files it rewrites at this size too (the table property): a merge
 # then reads and rewrites only the files whose key range (min/max statistics) holds a key of its
-# batch. Snappy: half the bytes of uncompressed Parquet (WRITER's default) for about the same
-# CPU; ZSTD gives a third of the bytes but costs a merge that rewrites everything 30% more CPU.
+# batch.
 CURRENT_FILE_SIZE = 16 * 2**20
-CURRENT_WRITER = WriterProperties(max_row_group_size=64 * 1024, compression="SNAPPY")
 _LAYOUT = {"delta.targetFileSize": str(CURRENT_FILE_SIZE)}
 # At most this many key ranges in the predicate that limits a MERGE's scan.
 _MAX_KEY_RANGES = 64
@@ -204,7 +204,7 @@ def replace(uri: str, data: pa.Table, state: dict[str, Any], key: list[str] | No
     if key:
         data = data.sort_by([(k, "ascending") for k in key])
         layout = {
-            "writer_properties": CURRENT_WRITER,
+            "writer_properties": WRITER,
             "configuration": _LAYOUT,
             "target_file_size": CURRENT_FILE_SIZE,
         }
@@ -304,7 +304,7 @@ def upsert_newer(
             data.drop_columns(extra).sort_by([(k, "ascending") for k in key]),
             mode="append",
             commit_properties=props,
-            writer_properties=CURRENT_WRITER,
+            writer_properties=WRITER,
             configuration=_LAYOUT,
             target_file_size=CURRENT_FILE_SIZE,
         )
@@ -340,7 +340,7 @@ def upsert_newer(
             target_alias="t",
             merge_schema=True,
             commit_properties=props,
-            writer_properties=CURRENT_WRITER,
+            writer_properties=WRITER,
         )
         .when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
         .when_matched_update(

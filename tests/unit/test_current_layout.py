@@ -18,7 +18,7 @@ def small_files(monkeypatch):
     monkeypatch.setattr(lake, "CURRENT_FILE_SIZE", size)
     monkeypatch.setattr(lake, "_LAYOUT", {"delta.targetFileSize": str(size)})
     monkeypatch.setattr(
-        lake, "CURRENT_WRITER", WriterProperties(max_row_group_size=1024, compression="SNAPPY")
+        lake, "WRITER", WriterProperties(max_row_group_size=1024, compression="SNAPPY")
     )
 
 
