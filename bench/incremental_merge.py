@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from throughput import cpu_seconds  # bench/ is the script's folder, on sys.path
 
 from cdc_platform import pipeline
 from cdc_platform.lake import delta as lake
@@ -181,23 +182,6 @@ def files_diff(uri: str, before: int) -> dict:
         "files_total_before": len(old),
         "bytes_total_before": sum(old.values()),
     }
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and its descendants (the Spark JVM), from /proc."""
-    procs = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            f = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        procs[int(stat.parent.name)] = (int(f[1]), int(f[11]) + int(f[12]))  # ppid, utime+stime
-    tree, ticks = {os.getpid()}, 0
-    for pid in sorted(procs):  # children have larger pids (no pid wrap-around in one run)
-        if pid in tree or procs[pid][0] in tree:
-            tree.add(pid)
-            ticks += procs[pid][1]
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def load() -> str:

@@ -331,18 +331,9 @@ def upsert_newer(
     # source) becomes null rather than keeping a stale value.
     full = {c: f"s.{_quote(c)}" for c in columns}
     full |= {c: "NULL" for c in target if c not in full and not c.startswith("__")}
-    dt = DeltaTable(uri)
+    dt, merge = _merge(uri, data, on, props)
     metrics = (
-        dt.merge(
-            data,
-            on,
-            source_alias="s",
-            target_alias="t",
-            merge_schema=True,
-            commit_properties=props,
-            writer_properties=WRITER,
-        )
-        .when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
+        merge.when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
         .when_matched_update(
             {c: carried(c) for c in columns}, predicate=f"{newer} AND {p} IS NOT NULL"
         )
@@ -351,6 +342,21 @@ def upsert_newer(
     )
     _record_state_if_no_commit(uri, dt.version(), props)
     return metrics
+
+
+def _merge(uri: str, data: pa.Table, on: str, props: CommitProperties):
+    """The table as it was, and a MERGE of ``data`` (alias s) into it (alias t) on ``on``."""
+    dt = DeltaTable(uri)
+    merge = dt.merge(
+        data,
+        on,
+        source_alias="s",
+        target_alias="t",
+        merge_schema=True,
+        commit_properties=props,
+        writer_properties=WRITER,
+    )
+    return dt, merge
 
 
 def _record_state_if_no_commit(uri: str, version_before: int, props: CommitProperties) -> None:
@@ -433,18 +439,9 @@ def replace_versions(
     if set(columns) <= set(arrow_schema(uri).names):
         changed = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" for c in columns)
     dropped = f"s.{_quote(drop)}"
-    dt = DeltaTable(uri)
+    dt, merge = _merge(uri, data, on, props)
     metrics = (
-        dt.merge(
-            data,
-            on,
-            source_alias="s",
-            target_alias="t",
-            merge_schema=True,
-            commit_properties=props,
-            writer_properties=WRITER,
-        )
-        .when_matched_delete(predicate=dropped)
+        merge.when_matched_delete(predicate=dropped)
         .when_matched_update_all(predicate=f"NOT {dropped} AND ({changed})", except_cols=[drop])
         .when_not_matched_insert_all(predicate=f"NOT {dropped}", except_cols=[drop])
         .execute()
