@@ -328,7 +328,6 @@ def test_reprocessing_with_toast_placeholders_converges(spark, scenario):
     _reprocess(spark, *scenario, check_history=False)
 
 
-@pytest.mark.skipif(not hasattr(pipeline, "update_history"), reason="no SCD2 history yet")
 @SETTINGS
 @given(scenario=scenarios(toast=True))
 @example(scenario=TOAST_BEFORE_ITS_VALUE)
