@@ -527,3 +527,39 @@ def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
     """The table's snapshot as Arrow, without Spark (small tables: tests, previews); None if
     absent."""
     return DeltaTable(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
+
+
+# --- SQL models (cdc_platform/models) ---
+
+# Model tables live at <warehouse>/models/<name>, like their asset keys ["models", <name>].
+MODELS = "models"
+
+
+def write_model(
+    uri: str, data: pa.Table, state: dict[str, Any], partition_by: list[str] | None = None
+) -> int:
+    """Replace a model table, schema and partitioning included, recording ``state``."""
+    props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    write_deltalake(
+        uri,
+        data,
+        mode="overwrite",
+        schema_mode="overwrite",
+        partition_by=partition_by or None,
+        commit_properties=props,
+        writer_properties=WRITER,
+    )
+    return DeltaTable(uri).version()
+
+
+def upsert_model(uri: str, data: pa.Table, key: list[str], state: dict[str, Any]) -> dict[str, int]:
+    """MERGE ``data`` into a model table on ``key``: a matched row is replaced, a new key is
+    inserted (new columns are added); records ``state`` even when nothing changed."""
+    _widen(uri, data.schema)
+    props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
+    on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
+    dt, merge = _merge(uri, data, on, props)
+    before = dt.version()  # read first: executing the merge advances ``dt``
+    metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute()
+    _record_state_if_no_commit(uri, before, props)
+    return metrics
