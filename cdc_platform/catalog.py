@@ -8,6 +8,7 @@ setting must be an ``${ENV_VAR}`` reference, resolved only when a client is crea
 
 import os
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -34,6 +35,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class QualityConfig(_Strict):
+    """Overrides of the data-quality suites (expectations/) for a source or one of its tables."""
+
+    severity: dict[str, Literal["WARN", "ERROR"]] = Field(
+        default_factory=dict, description="rule -> WARN or ERROR (ERROR on a change log blocks)"
+    )
+    min_event_time: datetime | None = Field(None, description="event times before are flagged")
+    future_tolerance_minutes: float | None = Field(
+        None, ge=0, description="event times later than now plus this are flagged"
+    )
+    update_before_image: bool | None = Field(
+        None, description="updates always carry a before image; default: by format"
+    )
+
+
 class TableConfig(_Strict):
     """One source table: how to find its messages, its key and column types."""
 
@@ -54,6 +70,7 @@ class TableConfig(_Strict):
     history: bool = Field(False, description="keep an SCD type 2 history/<source>/<table>")
     track_history_column_list: list[str] | None = None
     track_history_except_column_list: list[str] | None = None
+    quality: QualityConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -243,6 +260,7 @@ class SourceConfig(_Strict):
     format: str = "auto"
     format_options: dict[str, str] = Field(default_factory=dict)
     tables: list[TableConfig] = Field(default_factory=list)
+    quality: QualityConfig | None = Field(None, description="defaults for its tables")
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,132 @@
+"""The frames the suites validate, built from the Delta tables with Spark functions only.
+
+Each is narrow: what the rules look at, plus the columns that identify a failing row (key
+columns, sequence, raw coordinates), so validating costs little next to the write it checks.
+"""
+
+from functools import reduce
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_platform.formats import canonical as C
+from cdc_platform.lake import delta as lake
+
+COORDINATES = list(C.RAW_COORDINATES)
+KEY_PREFIX = "key__"
+
+
+def _dates(df: DataFrame, dates: list[str] | None) -> DataFrame:
+    return df if dates is None else df.where(F.col(lake.PARTITION_COLUMN).isin(*dates))
+
+
+def changelog_frame(
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    table: str,
+    dates: list[str] | None,
+    before_formats: list[str],
+) -> tuple[DataFrame, list[str]] | None:
+    """The change-log rows of ``dates`` (None: all): op, images as presence flags, key columns
+    as ``key__<col>``, sequence, event_time, source_format, ``before_expected`` (the format always
+    carries an update's before image), raw coordinates. Returns (frame, key column names)."""
+    uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    df = lake.read(spark, uri)
+    if df is None:
+        return None
+    key = lake.state(uri).get("key") or [f.name for f in df.schema["key"].dataType.fields]
+    keys = [F.col("key")[k].alias(KEY_PREFIX + k) for k in key]
+    frame = _dates(df, dates).select(
+        "op",
+        F.when(F.col("before").isNotNull(), F.lit(True)).alias("before"),
+        F.when(F.col("after").isNotNull(), F.lit(True)).alias("after"),
+        *keys,
+        "sequence",
+        "event_time",
+        "source_format",
+        F.col("source_format").isin(*before_formats).alias("before_expected"),
+        *[F.col(c).cast("string") if c == lake.PARTITION_COLUMN else F.col(c) for c in COORDINATES],
+    )
+    return frame, [KEY_PREFIX + k for k in key]
+
+
+def coordinate_key() -> Column:
+    """One text value per raw message (null-safe, unlike a join on the six columns)."""
+    return F.concat_ws(
+        "\x1f", *[F.coalesce(F.col(c).cast("string"), F.lit("\x00")) for c in COORDINATES]
+    )
+
+
+def _outputs(spark: SparkSession, warehouse: Path, source: str, dates: list[str] | None):
+    """(outcome, frame of coordinate keys) for every table a raw message can end up in."""
+    layers = [
+        ("change", lake.tables_under(warehouse, lake.CHANGELOG, source)),
+        ("control", [lake.table_uri(warehouse, lake.CONTROL, source)]),
+        ("ddl", lake.tables_under(warehouse, lake.DDL, source)),
+        ("quarantine", [lake.table_uri(warehouse, lake.QUARANTINE, source)]),
+    ]
+    for outcome, uris in layers:
+        for uri in uris:
+            df = lake.read(spark, uri)
+            if df is not None and set(COORDINATES) <= set(df.columns):
+                yield outcome, _dates(df, dates).select(coordinate_key().alias("__coord"))
+
+
+def reconciliation_frame(
+    spark: SparkSession, warehouse: Path, source: str, dates: list[str] | None
+) -> DataFrame | None:
+    """One row per raw message of ``dates``: its coordinates and ``outcome``, the first of
+    change, control, ddl, quarantine whose table holds its coordinates (null: none does).
+
+    Raw coordinates, not counts: a Canal message yields several change records, and a DataWorks
+    or DataHub update pair yields one change record (the after half's coordinates) and one
+    control record (the consumed before half's)."""
+    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, source))
+    if raw is None:
+        return None
+    found = [
+        df.withColumn("outcome", F.lit(outcome))
+        for outcome, df in _outputs(spark, warehouse, source, dates)
+    ]
+    rank = F.create_map(
+        *[
+            F.lit(x)
+            for i, o in enumerate(("change", "control", "ddl", "quarantine"))
+            for x in (o, i)
+        ]
+    )
+    raw = _dates(raw, dates).select(
+        *[F.col(c).cast("string") if c == lake.PARTITION_COLUMN else F.col(c) for c in COORDINATES],
+        coordinate_key().alias("__coord"),
+    )
+    if not found:
+        return raw.withColumn("outcome", F.lit(None).cast("string")).drop("__coord")
+    outputs = (
+        reduce(DataFrame.unionByName, found)
+        .groupBy("__coord")
+        .agg(F.min_by("outcome", rank[F.col("outcome")]).alias("outcome"))
+    )
+    return raw.join(outputs, "__coord", "left").drop("__coord")
+
+
+def current_frame(
+    spark: SparkSession, warehouse: Path, source: str, table: str, key: list[str]
+) -> DataFrame | None:
+    """The whole current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row
+    is in the exposed state that readers get from ``pipeline.current_rows``)."""
+    from cdc_platform import pipeline
+
+    df = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, source, table))
+    if df is None:
+        return None
+    exposed = pipeline.current_rows(spark, warehouse, source, table)
+    exposed_keys = exposed.select(*key).distinct().withColumn("__exposed", F.lit(True))
+    columns = [*key, C.SEQUENCE_COL, C.DELETED_COL]
+    return (
+        df.select(*columns)
+        .withColumn("__key", F.to_json(F.struct(*key)))
+        .join(exposed_keys, key, "left")
+        .fillna({"__exposed": False})
+    )

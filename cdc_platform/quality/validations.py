@@ -1,0 +1,140 @@
+"""What each layer is validated with, and on what: the suites applied to the frames.
+
+Shared by the Dagster checks (``defs/quality.py``) and ``cdc-platform quality-report``.
+"""
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from cdc_platform.catalog import QualityConfig, SourceConfig, TableConfig
+from cdc_platform.lake import delta as lake
+from cdc_platform.quality import frames, suites
+from cdc_platform.quality.validate import SuiteRun, validate
+
+
+def quality_of(source: SourceConfig, table: TableConfig | None) -> QualityConfig:
+    """The table's quality settings: the suite defaults, then the source's, then the table's."""
+    return suites.merged(source.quality, table.quality if table else None)
+
+
+def changelog_parameters(quality: QualityConfig, now: dt.datetime | None = None) -> dict[str, Any]:
+    defaults = suites.load(suites.CHANGELOG).parameters
+    now = now or dt.datetime.now(dt.UTC)
+    tolerance = quality.future_tolerance_minutes
+    if tolerance is None:
+        tolerance = defaults["future_tolerance_minutes"]
+    low = quality.min_event_time or dt.datetime.fromisoformat(defaults["min_event_time"])
+    return {"min_event_time": low, "max_event_time": now + dt.timedelta(minutes=tolerance)}
+
+
+def before_formats(quality: QualityConfig) -> list[str]:
+    """Formats whose updates must carry a before image (``update_before_image`` overrides)."""
+    from cdc_platform import formats
+
+    if quality.update_before_image is not None:
+        return list(formats.format_names()) if quality.update_before_image else []
+    return suites.load(suites.CHANGELOG).parameters["update_before_image_formats"]
+
+
+def validate_changelog(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    table: str,
+    dates: list[str] | None,
+) -> SuiteRun | None:
+    """The change-log suite on the partitions ``dates`` (None: all) of one table."""
+    quality = quality_of(source, source.table_config(table))
+    built = frames.changelog_frame(
+        spark, warehouse, source.name, table, dates, before_formats(quality)
+    )
+    if built is None:
+        return None
+    frame, key = built
+    return validate(
+        frame,
+        suites.load(suites.CHANGELOG),
+        f"{suites.CHANGELOG}.{source.name}.{table}",
+        key,
+        suites.severities(suites.CHANGELOG, quality),
+        batch=_batch(dates),
+        index_columns=[*key, "sequence", *frames.COORDINATES],
+        parameters=changelog_parameters(quality),
+    )
+
+
+def validate_reconciliation(
+    spark: SparkSession, warehouse: Path, source: SourceConfig, dates: list[str] | None
+) -> SuiteRun | None:
+    """Every raw message of ``dates`` is accounted for (see ``frames.reconciliation_frame``)."""
+    frame = frames.reconciliation_frame(spark, warehouse, source.name, dates)
+    if frame is None:
+        return None
+    return validate(
+        frame,
+        suites.load(suites.RECONCILIATION),
+        f"{suites.RECONCILIATION}.{source.name}",
+        [],
+        suites.severities(suites.RECONCILIATION, source.quality),
+        batch=_batch(dates),
+        index_columns=frames.COORDINATES,
+    )
+
+
+def rows_before(warehouse: Path, source: str, table: str) -> int:
+    """The current table's rows (tombstones included) from Delta statistics: read no data.
+    Taken before a merge, for the row balance."""
+    return lake.row_count(lake.table_uri(warehouse, lake.CURRENT, source, table))
+
+
+def validate_current(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    table: str,
+    merge: dict[str, int] | None = None,
+) -> list[SuiteRun]:
+    """The current-table suite, and with ``merge`` (rows_before, inserted, removed) the row
+    balance of that merge."""
+    quality = quality_of(source, source.table_config(table))
+    key = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source.name, table)).get("key")
+    frame = frames.current_frame(spark, warehouse, source.name, table, key) if key else None
+    if frame is None:
+        return []
+    runs = [
+        validate(
+            frame,
+            suites.load(suites.CURRENT),
+            f"{suites.CURRENT}.{source.name}.{table}",
+            key,
+            suites.severities(suites.CURRENT, quality),
+            batch="current",
+            index_columns=[*key, "__sequence"],
+        )
+    ]
+    if merge is not None:
+        after = lake.row_count(lake.table_uri(warehouse, lake.CURRENT, source.name, table))
+        row = {**merge, "rows_after": after}
+        row["expected_rows"] = row["rows_before"] + row["inserted"] - row["removed"]
+        runs.append(
+            validate(
+                pd.DataFrame([row]),
+                suites.load(suites.CURRENT_ROWS),
+                f"{suites.CURRENT_ROWS}.{source.name}.{table}",
+                [],
+                suites.severities(suites.CURRENT_ROWS, quality),
+                batch="merge",
+                index_columns=list(row),
+            )
+        )
+    return runs
+
+
+def _batch(dates: list[str] | None) -> str:
+    if not dates:
+        return "all"
+    return dates[0] if len(dates) == 1 else f"{min(dates)}..{max(dates)}"
