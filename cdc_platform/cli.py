@@ -67,7 +67,50 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="then keep writing one batch every this many seconds (0: stop)",
     )
+    m = sub.add_parser("models", help="compile, build or test the SQL models (dbt_like_models)")
+    msub = m.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
+    for name, text in (
+        ("compile", "print each model's compiled SQL (checked by Spark's parser)"),
+        ("run", "build the models (all, or --select) into the warehouse, in dependency order"),
+        ("test", "run the models' YAML tests; exit 1 if an error-severity test fails"),
+    ):
+        c = msub.add_parser(name, help=text)
+        c.add_argument("--select", action="append", default=[], metavar="MODEL[,MODEL]")
+        c.add_argument("--models", type=Path, help="models folder (default: beside sources.yaml)")
+        c.add_argument("--sources", type=Path, help="sources file (default sources.yaml)")
+        c.add_argument("--warehouse", type=Path, help="default: the catalog's warehouse")
+        if name == "run":
+            c.add_argument("--full-refresh", action="store_true", help="rebuild incremental models")
     return p
+
+
+def _models(args: argparse.Namespace) -> int:
+    from cdc_platform.catalog import default_catalog_path, load_catalog
+    from cdc_platform.models import commands
+    from cdc_platform.models.project import ModelError
+    from cdc_platform.spark.session import get_spark
+
+    catalog = load_catalog(args.sources or default_catalog_path())
+    warehouse = (args.warehouse or catalog.warehouse_path).resolve()
+    _check_warehouse(warehouse, must_exist=args.models_command != "compile")
+    names = [n.strip() for item in args.select for n in item.split(",") if n.strip()]
+    failed = False
+    try:
+        project = commands.open_project(catalog, warehouse, args.models)
+        if args.models_command == "compile":
+            for header, sql in commands.compile_models(get_spark(), project, names):
+                print(f"{header}\n{sql.strip()}\n")
+        elif args.models_command == "run":
+            spark = get_spark()
+            for summary in commands.run_models(spark, warehouse, project, names, args.full_refresh):
+                print(json.dumps(summary, sort_keys=True), flush=True)
+        else:
+            for result in commands.run_model_tests(get_spark(), warehouse, project, names):
+                print(json.dumps(result, sort_keys=True), flush=True)
+                failed |= not result["passed"] and result["severity"] == "error"
+    except ModelError as e:
+        raise UserError(str(e)) from None
+    return 1 if failed else 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -223,7 +266,7 @@ def _show(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        command = {"replay": _replay, "show": _show, "demo": _demo}[args.command]
+        command = {"replay": _replay, "show": _show, "demo": _demo, "models": _models}[args.command]
         return command(args)
     except (UserError, CatalogError, LandingError) as e:
         print(f"cdc-platform: error: {e}", file=sys.stderr)

@@ -4,6 +4,7 @@ import dagster as dg
 
 from cdc_platform.catalog import default_catalog_path, load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
+from cdc_platform.defs.models import build_models_defs
 from cdc_platform.defs.resources import build_resources
 
 
@@ -19,6 +20,7 @@ def defs() -> dg.Definitions:
     )
     return dg.Definitions.merge(
         *[build_source_defs(s, catalog) for s in catalog.sources],
+        build_models_defs(catalog),
         dg.Definitions(
             sensors=[automation],
             resources=build_resources(catalog),

@@ -1,0 +1,150 @@
+"""SQL models (dbt_like_models) as assets ``models/<name>``, their YAML tests as asset checks."""
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+
+from cdc_platform.catalog import Catalog
+from cdc_platform.defs.metadata import table_schema
+from cdc_platform.defs.resources import LakeResource, spark_session
+from cdc_platform.lake import delta
+from cdc_platform.models.build import build_model
+from cdc_platform.models.checks import run_tests
+from cdc_platform.models.project import (
+    Model,
+    Project,
+    catalog_tables,
+    default_models_dir,
+    display_path,
+    load_project,
+)
+
+GROUP = "models"
+# A model rebuilds when anything it reads updates. Not eager(): eager also runs an asset that is
+# merely missing, and waits while any parent partition is missing, which a model over a daily
+# change log would do forever. A model is built first when its inputs update (or by hand).
+REBUILD_WHEN_INPUTS_UPDATE = (
+    dg.AutomationCondition.any_deps_updated().since_last_handled()
+    & ~dg.AutomationCondition.any_deps_in_progress()
+    & ~dg.AutomationCondition.in_progress()
+).with_label("rebuild when an input updates")
+
+
+class ModelBuildConfig(dg.Config):
+    full_refresh: bool = False
+    """Rebuild an incremental model from all rows instead of merging the changed ones."""
+
+
+def model_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([delta.MODELS, name])
+
+
+def _column_schema(model: Model, schema: object | None = None) -> dg.TableSchema:
+    if schema is None:  # before a build: the documented columns
+        return dg.TableSchema(
+            columns=[dg.TableColumn(n, description=d) for n, d in model.columns.items()]
+        )
+    built = table_schema(schema)
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(c.name, c.type, description=model.columns.get(c.name))
+            for c in built.columns
+        ]
+    )
+
+
+def build_model_asset(project: Project, model: Model) -> dg.AssetsDefinition:
+    view = model.materialized == "view"
+    description = (model.description or f"SQL model {model.name}.").strip()
+    config = f"materialized: {model.materialized}"
+    if model.unique_key:
+        config += f", unique_key: {', '.join(model.unique_key)}"
+    if model.partition_by:
+        config += f", partition_by: {', '.join(model.partition_by)}"
+
+    @dg.asset(
+        key=model_key(model.name),
+        deps=[dg.AssetKey(r.key_path) for r in model.inputs],
+        group_name=GROUP,
+        kinds={"spark", "sql"} if view else {"spark", "delta"},
+        automation_condition=REBUILD_WHEN_INPUTS_UPDATE,
+        code_version=model.code_version,
+        description=f"{description}\n\n`{display_path(model.path)}` ({config})",
+        metadata={"dagster/column_schema": _column_schema(model)} if model.columns else None,
+    )
+    def sql_model(
+        config: ModelBuildConfig, spark: LazyPySparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
+        built = build_model(
+            spark_session(spark),
+            lake.warehouse_path,
+            project,
+            model.name,
+            full_refresh=config.full_refresh,
+        )
+        metadata: dict[str, object] = {
+            "dagster/row_count": built.rows,
+            "dagster/column_schema": _column_schema(model, built.schema),
+            "materialized": built.materialized,
+        }
+        if built.uri:
+            metadata |= {
+                "delta_version": built.version,
+                "dagster/uri": dg.MetadataValue.path(built.uri),
+            }
+        if model.materialized == "incremental":
+            metadata |= {
+                "merged": built.merged,
+                "changed_input_rows": dg.MetadataValue.json(built.input_rows),
+            }
+        return dg.MaterializeResult(metadata=metadata)
+
+    return sql_model
+
+
+def build_model_checks(project: Project, model: Model) -> dg.AssetChecksDefinition:
+    key = model_key(model.name)
+    specs = [
+        dg.AssetCheckSpec(
+            t.name,
+            asset=key,
+            description=f"{t.kind} on column {t.column}"
+            + (f" ({t.severity})" if t.severity == "warn" else ""),
+            additional_deps=[dg.AssetKey(t.to.key_path)] if t.to else None,
+            automation_condition=dg.AutomationCondition.eager(),
+        )
+        for t in model.tests
+    ]
+    by_name = {t.name: t for t in model.tests}
+
+    @dg.multi_asset_check(specs=specs, name=f"{model.name}__tests", can_subset=True)
+    def model_tests(
+        context: dg.AssetCheckExecutionContext, spark: LazyPySparkResource, lake: LakeResource
+    ):
+        only = {k.name for k in context.selected_asset_check_keys}
+        outcomes = run_tests(spark_session(spark), lake.warehouse_path, project, model.name, only)
+        for o in outcomes:
+            yield dg.AssetCheckResult(
+                asset_key=key,
+                check_name=o.name,
+                passed=o.passed,
+                severity=dg.AssetCheckSeverity.WARN
+                if by_name[o.name].severity == "warn"
+                else dg.AssetCheckSeverity.ERROR,
+                metadata={
+                    "failing_rows": o.failing_rows,
+                    "failing_values": o.failing_values,
+                    "sample": dg.MetadataValue.json([str(v) for v in o.sample]),
+                    "sql": dg.MetadataValue.md(f"```sql\n{o.sql}\n```"),
+                },
+            )
+
+    return model_tests
+
+
+def build_models_defs(catalog: Catalog) -> dg.Definitions:
+    """One asset per model of the catalog's ``dbt_like_models`` folder, and its checks."""
+    project = load_project(default_models_dir(catalog.base_dir), catalog_tables(catalog))
+    return dg.Definitions(
+        assets=[build_model_asset(project, m) for m in project.models.values()],
+        asset_checks=[build_model_checks(project, m) for m in project.models.values() if m.tests],
+    )

@@ -1,0 +1,66 @@
+"""The models as Dagster assets and asset checks: lineage, automation, materialization."""
+
+import dagster as dg
+import pytest
+
+from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs, model_key
+from cdc_platform.defs.resources import build_resources
+from cdc_platform.lake import delta
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def model_defs(catalog, warehouse_copy, monkeypatch) -> dg.Definitions:
+    monkeypatch.setenv("CDC_WAREHOUSE", str(warehouse_copy))
+    return dg.Definitions.merge(
+        build_models_defs(catalog), dg.Definitions(resources=build_resources(catalog))
+    )
+
+
+def test_models_are_assets_with_lineage_from_their_refs_and_rebuild_on_updates(model_defs):
+    graph = model_defs.resolve_asset_graph()
+    totals = graph.get(model_key("customer_order_totals"))
+    assert set(totals.parent_keys) == {
+        dg.AssetKey(["current", "shop", "customers"]),
+        dg.AssetKey(["current", "shop", "orders"]),
+    }
+    assert set(graph.get(model_key("big_spenders")).parent_keys) == {totals.key}
+    changes = graph.get(model_key("daily_changes"))
+    assert dg.AssetKey(["changelog", "lindorm", "users"]) in changes.parent_keys
+    assert (
+        totals.group_name == "models" and totals.automation_condition == REBUILD_WHEN_INPUTS_UPDATE
+    )
+    checks = {k.to_user_string() for k in graph.asset_check_keys}
+    assert "models/order_facts:customer_id__relationships" in checks
+    assert len(checks) == 15
+
+
+def test_materializing_the_models_builds_them_and_runs_their_tests(
+    catalog, model_defs, warehouse_copy
+):
+    result = dg.materialize(
+        [*model_defs.assets, *model_defs.asset_checks], resources=model_defs.resources
+    )
+    assert result.success
+    meta = {
+        e.materialization.asset_key.to_user_string(): e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }
+    assert meta["models/customer_order_totals"]["dagster/row_count"].value == 9
+    assert meta["models/order_facts"]["merged"].value is False
+    assert meta["models/big_spenders"]["materialized"].text == "view"
+    schema = meta["models/customer_order_totals"]["dagster/column_schema"].schema
+    described = {c.name: c.description for c in schema.columns}
+    assert described["orders"].startswith("Number of live orders")
+    assert delta.exists(delta.table_uri(warehouse_copy, delta.MODELS, "daily_changes"))
+    evaluations = {
+        (e.asset_key.to_user_string(), e.check_name): e
+        for e in result.get_asset_check_evaluations()
+    }
+    assert len(evaluations) == 15
+    failed = [k for k, e in evaluations.items() if not e.passed]
+    assert failed == [("models/order_facts", "customer_id__relationships")]
+    warn = evaluations[("models/order_facts", "customer_id__relationships")]
+    assert warn.severity == dg.AssetCheckSeverity.WARN
+    assert warn.metadata["failing_rows"].value >= 1
