@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from cdc_platform.models.build import model_frame, relation_frame
@@ -84,9 +84,22 @@ def run_tests(
     outcomes = []
     for test in tests:
         sql = failing_values_sql(project, model_name, test)
-        found = spark.sql(sql)
-        values, rows = found.agg(F.count(F.lit(1)), F.sum("n")).first()
-        sample = [r["value"] for r in found.orderBy(F.desc("n")).limit(SAMPLE).collect()]
+        # One job: the first offending values, with the totals over all of them.
+        everything = Window.partitionBy()
+        top = (
+            spark.sql(sql)
+            .select(
+                "value",
+                "n",
+                F.count(F.lit(1)).over(everything).alias("values"),
+                F.sum("n").over(everything).alias("rows"),
+            )
+            .orderBy(F.desc("n"), "value")
+            .limit(SAMPLE)
+            .collect()
+        )
+        values, rows = (top[0]["values"], top[0]["rows"]) if top else (0, 0)
+        sample = [r["value"] for r in top]
         outcomes.append(
             Outcome(
                 test.name,

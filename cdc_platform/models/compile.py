@@ -89,13 +89,31 @@ def check_sql(spark: SparkSession, model: Model, sql: str) -> None:
 
 def template_line(model: Model, sql: str, line: int) -> int:
     """The model file's line for line ``line`` of its compiled SQL. Rendering keeps lines
-    unless a Jinja block drops some; then the compiled line's text is looked up in the file."""
+    unless a Jinja block drops some; then compiled lines are matched, in order, to file lines
+    read as patterns (an expression matches any text, a tag none)."""
     compiled, source = sql.splitlines(), model.template.splitlines()
-    if len(compiled) == len(source) or not 0 < line <= len(compiled):
+    if line > len(compiled):  # "end of input": the file's last line
+        return max(len(source), 1)
+    if len(compiled) == len(source) or line < 1:
         return line
-    text = compiled[line - 1].strip()
-    same = [i + 1 for i, s in enumerate(source) if s.strip() == text and text]
-    return min(same, key=lambda i: abs(i - line)) if same else line
+    patterns = [re.compile(_line_pattern(s)) for s in source]
+    j = 0
+    for i, text in enumerate(compiled[:line]):
+        while j < len(patterns) and not patterns[j].fullmatch(text):
+            j += 1
+        if j == len(patterns):
+            return line
+        if i == line - 1:
+            return j + 1
+        j += 1
+    return line
+
+
+def _line_pattern(text: str) -> str:
+    parts = re.split(r"(\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\})", text)
+    return "".join(
+        ".*" if p.startswith("{{") else "" if p[:2] in ("{%", "{#") else re.escape(p) for p in parts
+    )
 
 
 def run_sql(spark: SparkSession, model: Model, sql: str) -> DataFrame:

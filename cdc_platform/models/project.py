@@ -170,7 +170,7 @@ def _literal(path: Path, node: nodes.Node, what: str) -> Any:
     try:
         return node.as_const()
     except nodes.Impossible:
-        raise _fail(path, node.lineno, f"{what} must be a literal") from None
+        raise _fail(path, node.lineno, f"{what} must be literals") from None
 
 
 def _read_calls(env: jinja2.Environment, project: Project, model: Model) -> None:
