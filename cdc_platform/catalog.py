@@ -71,6 +71,9 @@ class TableConfig(_Strict):
     track_history_column_list: list[str] | None = None
     track_history_except_column_list: list[str] | None = None
     quality: QualityConfig | None = None
+    max_lag_minutes: float | None = Field(
+        None, gt=0, description="freshness check fails beyond this lag; default: the source's"
+    )
 
     @field_validator("name")
     @classmethod
@@ -261,6 +264,12 @@ class SourceConfig(_Strict):
     format_options: dict[str, str] = Field(default_factory=dict)
     tables: list[TableConfig] = Field(default_factory=list)
     quality: QualityConfig | None = Field(None, description="defaults for its tables")
+    sensor_interval_seconds: int = Field(
+        15, ge=1, description="least time between two evaluations of the source's sensor"
+    )
+    max_lag_minutes: float = Field(
+        60, gt=0, description="a table further behind its source fails its freshness check"
+    )
 
     @field_validator("name")
     @classmethod
@@ -273,6 +282,10 @@ class SourceConfig(_Strict):
         if isinstance(v, dict):
             return {k: str(x).lower() if isinstance(x, bool) else str(x) for k, x in v.items()}
         return v
+
+    def max_lag(self, table: TableConfig) -> float:
+        """The freshness limit of ``table`` in minutes."""
+        return table.max_lag_minutes or self.max_lag_minutes
 
     def table_config(self, name: str) -> TableConfig:
         """The declared table of that name, else defaults (a routed table)."""

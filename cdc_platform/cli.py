@@ -20,6 +20,7 @@ from cdc_platform.ingest.landing import LandingError
 from cdc_platform.lake import delta as lake
 
 REPLAY_SOURCE = "replay"
+DEMO_BROKER_PORT = 19092  # the demo catalog's crm source reads from 127.0.0.1:19092
 
 
 class UserError(Exception):
@@ -58,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--warehouse", required=True, type=Path)
     s.add_argument("--layer", choices=["current", "changelog", "quarantine"], default="current")
     s.add_argument("--source", help="needed only when several sources have TABLE")
-    d = sub.add_parser("demo", help="write sample CDC traffic into the catalog's landing folder")
+    d = sub.add_parser(
+        "demo", help="sample CDC traffic: landing files, and records for the embedded broker"
+    )
     d.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
     d.add_argument("--batches", type=int, default=1, help="batches to write now")
     d.add_argument(
@@ -67,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="then keep writing one batch every this many seconds (0: stop)",
     )
+    b = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu, in memory)")
+    b.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
+    b.add_argument("--port", type=int, default=DEMO_BROKER_PORT)
+    o = sub.add_parser(
+        "reset-offsets", help="make a Kafka source's next run read from the earliest or latest"
+    )
+    o.add_argument("--source", required=True, help="a transport: kafka source of the catalog")
+    o.add_argument("--to", choices=["earliest", "latest"], required=True)
+    o.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
     m = sub.add_parser("models", help="compile, build or test the SQL models (dbt_like_models)")
     msub = m.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
     for name, text in (
@@ -81,7 +93,48 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--warehouse", type=Path, help="default: the catalog's warehouse")
         if name == "run":
             c.add_argument("--full-refresh", action="store_true", help="rebuild incremental models")
+    q = sub.add_parser("quality-report", help="validate every table, build the Data Docs site")
+    q.add_argument("--warehouse", required=True, type=Path)
+    q.add_argument("--out", required=True, type=Path, help="reports folder (the site and gx/)")
+    q.add_argument("--sources", type=Path, help="sources file with quality settings")
+    rd = sub.add_parser("redrive", help="re-process quarantined messages; drop those that pass")
+    rd.add_argument("--warehouse", required=True, type=Path)
+    rd.add_argument("--reason", help="only messages whose reason starts with this")
+    rd.add_argument("--source", help="only this source (default: all)")
+    rd.add_argument("--sources", type=Path, help="sources file (default sources.yaml if present)")
     return p
+
+
+def _quality_report(args: argparse.Namespace) -> int:
+    from cdc_platform.quality.commands import quality_report
+    from cdc_platform.spark.session import get_spark
+
+    _check_warehouse(args.warehouse, must_exist=True)
+    index, runs = quality_report(
+        get_spark(), args.warehouse.resolve(), args.out.resolve(), args.sources
+    )
+    failed = [(run, r) for run in runs for r in run.rules if not r.success]
+    for run, r in failed:
+        print(f"{run.suite} [{run.batch}] {r.rule} ({r.severity}): {r.unexpected} unexpected",
+              file=sys.stderr)  # fmt: skip
+    print(json.dumps({"report": str(index), "suites": len(runs), "failed_rules": len(failed)}))
+    return 1 if any(r.severity == "ERROR" for _, r in failed) else 0
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    from cdc_platform.quality.commands import redrive_all
+    from cdc_platform.spark.session import get_spark
+
+    _check_warehouse(args.warehouse, must_exist=True)
+    results = redrive_all(
+        get_spark(), args.warehouse.resolve(), args.reason, args.source, args.sources
+    )
+    for name, r in results.items():
+        for reason, n in sorted(r.reasons.items()):
+            print(f"{name}: still quarantined {n}: {reason}", file=sys.stderr)
+    summary = {n: {"redriven": r.redriven, "remaining": r.remaining} for n, r in results.items()}
+    print(json.dumps(summary, sort_keys=True))
+    return 0
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -116,21 +169,88 @@ def _models(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
-    from cdc_platform.catalog import default_catalog_path, load_catalog
-    from cdc_platform.demo import write_demo_traffic
+    from cdc_platform import demo
 
-    catalog = load_catalog(args.sources or default_catalog_path())
+    catalog = _catalog(args.sources)
     landing_root = catalog.landing_path
+    brokers = sorted({s.kafka.bootstrap_servers for s in catalog.sources if s.kafka})
+    for bootstrap in brokers:
+        demo.create_topics(bootstrap)
     batch = len(list(landing_root.glob("shop/dt=*/*.kafka.jsonl")))
+
+    def one_batch() -> None:
+        for path in demo.write_demo_traffic(landing_root, batch):
+            print(path, flush=True)
+        for bootstrap in brokers:
+            print(f"{bootstrap}: {demo.produce_demo_traffic(bootstrap, batch)} records", flush=True)
+
     for _ in range(args.batches):
-        for path in write_demo_traffic(landing_root, batch):
-            print(path)
+        one_batch()
         batch += 1
     while args.every > 0:
         time.sleep(args.every)
-        for path in write_demo_traffic(landing_root, batch):
-            print(path, flush=True)
+        one_batch()
         batch += 1
+    return 0
+
+
+def _catalog(path: Path | None):
+    from cdc_platform.catalog import default_catalog_path, load_catalog
+
+    return load_catalog(path or default_catalog_path())
+
+
+def _broker(args: argparse.Namespace) -> int:
+    """Run the embedded broker until interrupted. It starts empty, so the Kafka sources that read
+    from it start over: their tables would hold offsets past the new topics' ends."""
+    import shutil
+    import signal
+
+    from cdc_platform import broker
+
+    catalog = _catalog(args.sources)
+    address = f"127.0.0.1:{args.port}"
+    for source in catalog.sources:
+        if source.kafka and source.kafka.bootstrap_servers == address:
+            for layer in lake.LAYERS:
+                folder = catalog.warehouse_path / layer / source.name
+                if folder.exists():
+                    shutil.rmtree(folder)
+            print(f"source {source.name}: tables cleared (the embedded broker starts empty)")
+    log = catalog.warehouse_path.parent / "broker.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        proc, bootstrap = broker.start(log, port=args.port)
+    except broker.BrokerError as e:
+        raise UserError(str(e)) from None
+    print(f"embedded broker on {bootstrap} (log: {log}); Ctrl-C stops it", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop(proc)
+    return 0
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _reset_offsets(args: argparse.Namespace) -> int:
+    from cdc_platform.ingest import kafka
+
+    catalog = _catalog(args.sources)
+    source = catalog.source(args.source)
+    if source.transport != "kafka":
+        raise UserError(f"source {args.source} is not a transport: kafka source")
+    try:
+        offsets = kafka.reset_offsets(catalog.warehouse_path, source, args.to)
+    except kafka.KafkaIngestError as e:
+        raise UserError(str(e)) from None
+    for (topic, partition), offset in sorted(offsets.items()):
+        print(f"{topic}[{partition}]: next run reads from offset {offset}")
     return 0
 
 
@@ -266,7 +386,16 @@ def _show(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        command = {"replay": _replay, "show": _show, "demo": _demo, "models": _models}[args.command]
+        command = {
+            "replay": _replay,
+            "show": _show,
+            "models": _models,
+            "demo": _demo,
+            "broker": _broker,
+            "reset-offsets": _reset_offsets,
+            "quality-report": _quality_report,
+            "redrive": _redrive,
+        }[args.command]
         return command(args)
     except (UserError, CatalogError, LandingError) as e:
         print(f"cdc-platform: error: {e}", file=sys.stderr)

@@ -1,9 +1,11 @@
-"""The code location: one source's assets, job and sensor per catalog entry, plus automation."""
+"""The code location: one source's assets, job and sensor per catalog entry, plus automation and
+the freshness schedule."""
 
 import dagster as dg
 
 from cdc_platform.catalog import default_catalog_path, load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
+from cdc_platform.defs.freshness import build_freshness_schedule
 from cdc_platform.defs.models import build_models_defs
 from cdc_platform.defs.resources import build_resources
 
@@ -18,11 +20,14 @@ def defs() -> dg.Definitions:
         minimum_interval_seconds=15,
         description="Materializes current tables (eager) after their change logs update.",
     )
+    sources = [build_source_defs(s, catalog) for s in catalog.sources]
+    freshness_checks = [c for d in sources for c in d.asset_checks or []]
     return dg.Definitions.merge(
-        *[build_source_defs(s, catalog) for s in catalog.sources],
+        *sources,
         build_models_defs(catalog),
         dg.Definitions(
             sensors=[automation],
+            schedules=[build_freshness_schedule(freshness_checks)] if freshness_checks else [],
             resources=build_resources(catalog),
             # One process, one JVM: a multiprocess executor would start Spark in every step.
             executor=dg.in_process_executor,

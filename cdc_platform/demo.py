@@ -1,11 +1,20 @@
-"""Sample CDC traffic for the demo: Debezium (MySQL connector, Kafka envelopes with keys and
-schemas) for ``inventory.customers`` and ``inventory.orders``, and a Lindorm HBase table."""
+"""Sample CDC traffic for the demo, in several formats.
+
+Landing files: Debezium (MySQL connector, Kafka envelopes with keys and schemas) for
+``inventory.customers`` and ``inventory.orders``, and a Lindorm HBase table. The embedded broker:
+Canal flat messages for ``crm.accounts``, Maxwell for ``crm.tickets`` and Debezium heartbeats,
+all read by the ``crm`` source with format detection.
+"""
 
 import base64
 import datetime as dt
 import json
 import random
+import time
 from pathlib import Path
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 _CUSTOMER_FIELDS = [
     {"type": "int32", "optional": False, "field": "id"},
@@ -127,3 +136,87 @@ def write_demo_traffic(landing: Path, batch: int = 0, date: str | None = None) -
         tmp.rename(path)  # appear whole: a sensor never sees half a file
         written.append(path)
     return written
+
+
+# The demo's Kafka source: its topics on the embedded broker (see sources.yaml, source crm).
+CRM_TOPICS = {"canal": "crm.canal", "maxwell": "crm.maxwell", "heartbeat": "crm.heartbeat"}
+_ACCOUNT_TYPES = {"id": "int(11)", "name": "varchar(64)", "tier": "varchar(16)",
+                  "balance": "decimal(12,2)"}  # fmt: skip
+_TIERS = ("free", "pro", "enterprise")
+
+
+def canal_messages(batch: int, now_ms: int, rng: random.Random) -> list[dict]:
+    """Canal flat messages for crm.accounts: 5 inserts in one message, 2 updates, a delete."""
+
+    def message(kind: str, rows: list[dict], old: list[dict] | None = None) -> dict:
+        return {"data": rows, "database": "crm", "table": "accounts", "pkNames": ["id"],
+                "isDdl": False, "type": kind, "es": now_ms, "ts": now_ms + 3, "sql": "",
+                "id": batch, "mysqlType": _ACCOUNT_TYPES, "old": old,
+                "sqlType": {"id": 4, "name": 12, "tier": 12, "balance": 3}}  # fmt: skip
+
+    ids = range(batch * 5 + 1, batch * 5 + 6)
+    rows = {i: {"id": str(i), "name": f"Account {i}", "tier": rng.choice(_TIERS),
+                "balance": f"{rng.randint(0, 10**7) / 100:.2f}"} for i in ids}  # fmt: skip
+    out = [message("INSERT", list(rows.values()))]
+    for i in rng.sample(list(ids), 2):
+        new = {**rows[i], "balance": f"{rng.randint(0, 10**7) / 100:.2f}"}
+        out.append(message("UPDATE", [new], [{"balance": rows[i]["balance"]}]))
+        rows[i] = new
+    if batch:  # close an account of the previous batch
+        gone = str(batch * 5 - rng.randint(0, 4))
+        out.append(message("DELETE", [{"id": gone, "name": None, "tier": None, "balance": None}]))
+    return out
+
+
+def maxwell_messages(batch: int, now_ms: int, rng: random.Random) -> list[dict]:
+    """Maxwell messages for crm.tickets: 3 opened, 1 closed."""
+    out = []
+    for xoffset, i in enumerate(range(batch * 3 + 1, batch * 3 + 4)):
+        out.append({"database": "crm", "table": "tickets", "type": "insert", "ts": now_ms // 1000,
+                    "xid": 1000 + batch, "xoffset": xoffset, "primary_key_columns": ["id"],
+                    "data": {"id": i, "account_id": batch * 5 + rng.randint(1, 5),
+                             "status": "open", "opened_at": now_ms // 1000}})  # fmt: skip
+    closed = dict(out[0]["data"], status="closed")
+    out.append({"database": "crm", "table": "tickets", "type": "update", "ts": now_ms // 1000,
+                "xid": 1001 + batch, "commit": True, "primary_key_columns": ["id"],
+                "data": closed, "old": {"status": "open"}})  # fmt: skip
+    return out
+
+
+def create_topics(bootstrap: str, timeout: float = 30.0) -> None:
+    """The crm topics (once the broker answers; an existing topic is fine)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            existing = admin.list_topics(timeout=2).topics
+            break
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    wanted = [NewTopic(t, 1, 1) for t in CRM_TOPICS.values() if t not in existing]
+    for future in admin.create_topics(wanted).values() if wanted else []:
+        future.result(timeout=timeout)
+
+
+def produce_demo_traffic(bootstrap: str, batch: int) -> int:
+    """Produce one batch of crm traffic (Canal, Maxwell, a heartbeat); the records sent."""
+    now_ms = int(time.time() * 1000)
+    rng = random.Random(batch)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    sent = 0
+    for topic, key, value in [
+        *[(CRM_TOPICS["canal"], None, m) for m in canal_messages(batch, now_ms, rng)],
+        *[(CRM_TOPICS["maxwell"], None, m) for m in maxwell_messages(batch, now_ms, rng)],
+        (CRM_TOPICS["heartbeat"], {"serverName": "crm"}, {"ts_ms": now_ms}),
+    ]:
+        producer.produce(
+            topic,
+            value=json.dumps(value).encode(),
+            key=json.dumps(key).encode() if key else None,
+        )
+        sent += 1
+    if producer.flush(30):
+        raise KafkaException(f"demo traffic not delivered to {bootstrap} within 30 s")
+    return sent

@@ -1,12 +1,15 @@
-"""Shared fixtures: one local SparkSession for the whole run, a fresh warehouse per test."""
+"""Shared fixtures: one local SparkSession for the whole run, a fresh warehouse per test, a Kafka
+broker when a test asks for one."""
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from cdc_platform import broker
 from cdc_platform.spark.session import get_spark
 
 # The team's reference material sits beside the clone (../shared), in CI too.
@@ -32,3 +35,15 @@ def warehouse(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def expected() -> dict:
     return json.loads((CORPUS / "EXPECTED.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """host:port of a real Kafka-protocol broker (the embedded Tansu, cdc_platform.broker) on a
+    free loopback port, stopped at the end; every test uses its own topics."""
+    scratch = tmp_path_factory.mktemp("tansu")
+    proc, bootstrap = broker.start(scratch / "tansu.log", scratch=scratch)
+    try:
+        yield bootstrap
+    finally:
+        broker.stop(proc)

@@ -5,11 +5,20 @@ from pathlib import Path
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
-from cdc_platform import pipeline
-from cdc_platform.catalog import Catalog, CatalogError, SourceConfig, TableConfig
+from cdc_platform import freshness, pipeline
+from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
+from cdc_platform.defs import quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES
-from cdc_platform.defs.metadata import delta_metadata, preview
+from cdc_platform.defs.freshness import build_freshness_check
+from cdc_platform.defs.kafka import (
+    INCREMENTAL,
+    INCREMENTAL_TAG,
+    build_kafka_raw_asset,
+    build_kafka_sensor,
+)
+from cdc_platform.defs.metadata import arrow_preview, delta_metadata, preview
 from cdc_platform.defs.partitions import daily
 from cdc_platform.defs.resources import LakeResource, spark_session
 from cdc_platform.defs.sensors import build_landing_sensor
@@ -99,6 +108,15 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     ]
     specs.append(
         spec(
+            delta.CONTROL,
+            None,
+            f"Control log of `{source.name}`: heartbeats, transaction markers and Kafka "
+            "tombstones (op, event time, transaction id, raw coordinates). Their event times "
+            "tell how far the source has got when no row changes: see the freshness checks.",
+        )
+    )
+    specs.append(
+        spec(
             delta.QUARANTINE,
             None,
             f"Messages of `{source.name}` that could not be parsed, keyed, typed or routed, "
@@ -109,17 +127,19 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     @dg.multi_asset(
         name=f"{source.name}__changelog",
         specs=specs,
+        check_specs=quality.changelog_check_specs(source, tables),
         backfill_policy=SINGLE_RUN,
     )
     def changelog(
         context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: LakeResource
     ):
-        result = pipeline.normalize_source(
-            spark_session(spark),
-            lake.warehouse_path,
-            source,
-            context.partition_keys,
-        )
+        if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
+            # A sensor run of a Kafka source: only the raw batches not normalized yet.
+            result = pipeline.normalize_new(spark_session(spark), lake.warehouse_path, source)
+        else:
+            result = pipeline.normalize_source(
+                spark_session(spark), lake.warehouse_path, source, context.partition_keys
+            )
         known = {t.name for t in tables}
         new_tables = sorted(t.qualified for t in result.tables.values() if t.name not in known)
         if new_tables:
@@ -137,7 +157,9 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                     "dagster/partition_row_count": sum(ops.values()),
                     "rows_by_op": dg.MetadataValue.json(ops),
                     **_event_time(written.max_event_time if written else None),
+                    **freshness.changelog(lake.warehouse_path, source.name, table.name).metadata(),
                     **delta_metadata(uri),
+                    **({"preview": arrow_preview(written.sample)} if written else {}),
                 },
             )
         for table in tables:
@@ -150,6 +172,14 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                     ),
                 },
             )
+        yield dg.MaterializeResult(
+            asset_key=asset_key(delta.CONTROL, source.name),
+            metadata={
+                "dagster/partition_row_count": result.control,
+                **_event_time(result.max_control_time),
+                **delta_metadata(delta.table_uri(lake.warehouse_path, delta.CONTROL, source.name)),
+            },
+        )
         yield dg.MaterializeResult(
             asset_key=asset_key(delta.QUARANTINE, source.name),
             metadata={
@@ -164,12 +194,24 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 ),
             },
         )
+        session, dates = spark_session(spark), context.partition_keys
+        yield from quality.changelog_check_results(
+            context, session, lake.warehouse_path, source, tables, dates
+        )
 
     return changelog
 
 
 def _event_time(value: datetime | None) -> dict[str, dg.MetadataValue]:
     return {"max_event_time": dg.MetadataValue.timestamp(value)} if value else {}
+
+
+class RebuildConfig(dg.Config):
+    """Run config of the current and history assets (the launchpad's `config:` block)."""
+
+    full_refresh: bool = Field(
+        False, description="rebuild the whole table from the change log instead of merging"
+    )
 
 
 def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDefinition:
@@ -179,16 +221,25 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         group_name=source.name,
         kinds={"spark", "delta"},
         automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
+        check_specs=quality.current_check_specs(source, table),
         description=(
             f"Current state of `{table.match}`: one row per primary key, typed columns, built by "
             "merging change-log batches by sequence (late or replayed events never overwrite "
             "newer ones). Deleted keys stay as hidden tombstones (`__deleted`)."
         ),
     )
-    def current(spark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    def current(
+        config: RebuildConfig, spark: LazyPySparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         session = spark_session(spark)
+        before = quality.rows_before(lake.warehouse_path, source, table)
         merged = pipeline.merge_current(
-            session, lake.warehouse_path, source.name, table.name, options=table
+            session,
+            lake.warehouse_path,
+            source.name,
+            table.name,
+            full_refresh=config.full_refresh,
+            options=table,
         )
         uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
         rows = pipeline.current_rows(session, lake.warehouse_path, source.name, table.name)
@@ -202,9 +253,13 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 "truncated_rows": merged.truncated,
                 "tombstones_purged": merged.tombstones_purged,
                 "changelog_version": merged.changelog_version,
+                **freshness.current(lake.warehouse_path, source.name, table.name).metadata(),
                 **delta_metadata(uri),
                 **({"preview": preview(rows, key)} if rows is not None else {}),
-            }
+            },
+            check_results=quality.current_check_results(
+                session, lake.warehouse_path, source, table, before, merged
+            ),
         )
 
     return current
@@ -226,9 +281,11 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             + (" ; only changes to the tracked columns open a version." if tracked else ".")
         ),
     )
-    def history(spark: LazyPySparkResource, lake: LakeResource) -> dg.MaterializeResult:
+    def history(
+        config: RebuildConfig, spark: LazyPySparkResource, lake: LakeResource
+    ) -> dg.MaterializeResult:
         built = pipeline.update_history(
-            spark_session(spark), lake.warehouse_path, source.name, table
+            spark_session(spark), lake.warehouse_path, source.name, table, config.full_refresh
         )
         uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
         return dg.MaterializeResult(
@@ -245,23 +302,32 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
 
 
 def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
-    """Everything one source contributes: assets, its ingest job and landing sensor."""
-    if source.transport != "files":
-        # Kafka ingestion exists (cdc_platform.ingest.kafka); its assets and sensor do not yet.
-        raise CatalogError(
-            f"source {source.name}: transport {source.transport} has no Dagster assets yet; "
-            "ingest it with cdc_platform.ingest.kafka.ingest_kafka"
-        )
-    landing_dir = catalog.landing_for(source)
+    """Everything one source contributes: assets, the job its sensor runs, the sensor, and the
+    freshness checks of its tables."""
     tables = [*source.tables, *pipeline.routed_tables(catalog.warehouse_path, source)]
-    raw = build_raw_asset(source, landing_dir)
+    raw_key = asset_key(delta.RAW, source.name)
+    if source.transport == "kafka":
+        raw = build_kafka_raw_asset(source, raw_key)
+    else:
+        raw = build_raw_asset(source, catalog.landing_for(source))
     changelog = build_changelog_asset(source, tables)
     currents = [build_current_asset(source, t) for t in tables]
     currents += [build_history_asset(source, t) for t in tables if t.history]
+    # The whole chain in one run (one Spark session): raw and change log for the run's date,
+    # then the merges. Backfills and manual runs of the change log are followed by automation.
     job = dg.define_asset_job(
         f"{source.name}__ingest",
-        selection=dg.AssetSelection.assets(raw, changelog),
-        description="Raw and change log for the requested ingest dates (current follows).",
+        selection=dg.AssetSelection.assets(raw, changelog, *currents),
+        description="Raw and change log for the requested date, then current and history.",
     )
-    sensor = build_landing_sensor(source.name, landing_dir, job.name)
-    return dg.Definitions(assets=[raw, changelog, *currents], jobs=[job], sensors=[sensor])
+    if source.transport == "kafka":
+        sensor = build_kafka_sensor(source, catalog.warehouse_path, job.name)
+    else:
+        sensor = build_landing_sensor(source, catalog.landing_for(source), job.name)
+    checks = [
+        build_freshness_check(source, t, asset_key(delta.CURRENT, source.name, t.name))
+        for t in tables
+    ]
+    return dg.Definitions(
+        assets=[raw, changelog, *currents], asset_checks=checks, jobs=[job], sensors=[sensor]
+    )

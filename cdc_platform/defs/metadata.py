@@ -26,7 +26,15 @@ def delta_metadata(uri: str) -> dict[str, object]:
 
 def preview(df: DataFrame, order: list[str], rows: int = 10) -> dg.MetadataValue:
     """A short markdown preview of a frame (first rows by ``order``)."""
-    sample = df.orderBy(*order).limit(rows).toArrow().to_pylist()
+    return _markdown(df.orderBy(*order).limit(rows).toArrow().to_pylist())
+
+
+def arrow_preview(table: pa.Table) -> dg.MetadataValue:
+    """A short markdown preview of rows already at hand (e.g. the first rows a step wrote)."""
+    return _markdown(table.to_pylist())
+
+
+def _markdown(sample: list[dict]) -> dg.MetadataValue:
     if not sample:
         return dg.MetadataValue.md("_empty_")
     cols = list(sample[0])

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.partitions import daily
 from cdc_platform.ingest import landing
-
-MIN_INTERVAL_SECONDS = 15
 
 
 def fingerprint(files: list[Path]) -> str:
@@ -21,13 +20,18 @@ def fingerprint(files: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_landing_sensor(source: str, landing_dir: Path, job_name: str) -> dg.SensorDefinition:
+def build_landing_sensor(
+    source: SourceConfig, landing_dir: Path, job_name: str
+) -> dg.SensorDefinition:
     @dg.sensor(
-        name=f"{source}__landing_sensor",
+        name=f"{source.name}__landing_sensor",
         job_name=job_name,
-        minimum_interval_seconds=MIN_INTERVAL_SECONDS,
+        minimum_interval_seconds=source.sensor_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Requests raw + change log runs for dates with new files in {landing_dir}.",
+        description=(
+            f"Requests a run of {job_name} (raw -> change log -> current) for every date with "
+            f"new, grown or removed files in {landing_dir}."
+        ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}

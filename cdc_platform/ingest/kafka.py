@@ -113,6 +113,78 @@ def _partitions(consumer: Consumer, source: SourceConfig) -> list[tuple[str, int
     )
 
 
+def pending(warehouse: Path, source: SourceConfig) -> dict[str, dict[int, list[int]]]:
+    """The topic-partitions holding records that raw does not have yet: topic -> partition ->
+    [next offset raw would read, high watermark]. Reads the broker's watermarks and the table's
+    stored offsets; writes nothing (the sensor calls it on every tick).
+
+    Some brokers (Tansu) report a high watermark that points into the newest record batch rather
+    than past it; it still passes the stored offset when a new record batch exists."""
+    consumer = _consumer(source)
+    try:
+        partitions = _partitions(consumer, source)
+        uri = lake.table_uri(warehouse, lake.RAW, source.name)
+        stored = lake.kafka_stored_offsets(uri, partitions)
+        # A batch that ended at a bound may have stopped inside the broker's newest record
+        # batch, which such a watermark does not reveal: its partitions are asked again.
+        cut_short = _cut_short(uri)
+        waiting: dict[str, dict[int, list[int]]] = {}
+        for topic, partition in partitions:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT
+                )
+            except KafkaException as e:
+                raise KafkaIngestError(f"{topic}[{partition}]: no watermarks: {e}") from None
+            start = stored.get((topic, partition), low)
+            if high > start or (topic, partition) in cut_short:
+                waiting.setdefault(topic, {})[partition] = [start, max(high, start)]
+        return waiting
+    finally:
+        consumer.close()
+
+
+def reset_offsets(warehouse: Path, source: SourceConfig, to: str) -> dict[tuple[str, int], int]:
+    """Set the next offset of every topic-partition of the source to the broker's earliest or
+    latest, in one (record-less) Delta commit on raw. Records read again after ``earliest`` are
+    appended to raw again; the change log and current table absorb them (same sequence, newest
+    wins). Returns the offsets set."""
+    consumer = _consumer(source)
+    try:
+        partitions = _partitions(consumer, source)
+        offsets = {}
+        for topic, partition in partitions:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT
+            )
+            offsets[(topic, partition)] = low if to == "earliest" else high
+    finally:
+        consumer.close()
+    if not offsets:
+        raise KafkaIngestError(f"source {source.name}: no topic-partitions to reset")
+    uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    read_version, _ = lake.kafka_offsets(uri, RAW_SCHEMA, partitions)
+    lake.append_kafka_batch(
+        uri,
+        RAW_SCHEMA.empty_table(),
+        read_version,
+        offsets,
+        {"reset": to, "records": 0, "offsets": {}},
+    )
+    return offsets
+
+
+def _cut_short(uri: str) -> set[tuple[str, int]]:
+    """The partitions of the table's newest Kafka batch when a bound ended it."""
+    return {
+        (topic, int(p))
+        for b in lake.kafka_batches(uri, limit=1)
+        if b.get("bounded")
+        for topic, parts in b.get("offsets", {}).items()
+        for p in parts
+    }
+
+
 def _size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
     return (
         len(key or b"")
@@ -252,6 +324,12 @@ def ingest_kafka(
         )
         result.bounded = _consume(consumer, set(partitions), batch, kafka.idle_timeout_seconds)
         if not len(batch):
+            if _cut_short(uri):
+                # The previous batch ended exactly at the end: record that nothing is left, or
+                # the sensor would keep asking (see ``pending``).
+                lake.append_kafka_batch(
+                    uri, RAW_SCHEMA.empty_table(), read_version, {}, {"records": 0, "offsets": {}}
+                )
             return result
         for (topic, partition), first in sorted(batch.first.items()):
             result.offsets.setdefault(topic, {})[partition] = [
@@ -263,6 +341,7 @@ def ingest_kafka(
             "bytes": batch.bytes,
             "ingest_date": date,
             "offsets": result.offsets,
+            "bounded": result.bounded,
         }
         result.version = lake.append_kafka_batch(
             uri, batch.table(date), read_version, batch.next, metadata

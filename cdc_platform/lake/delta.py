@@ -26,7 +26,8 @@ CURRENT = "current"
 QUARANTINE = "quarantine"
 DDL = "ddl"
 HISTORY = "history"
-LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE, HISTORY, DDL)
+CONTROL = "control"
+LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE, HISTORY, DDL, CONTROL)
 PARTITION_COLUMN = "ingest_date"
 # Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
 # unknown table properties), so state and data change in one atomic commit.
@@ -154,10 +155,15 @@ def _widen(uri: str, incoming: pa.Schema) -> None:
 
 
 def overwrite_partitions(
-    uri: str, data: pa.Table, dates: list[str], metadata: dict[str, str] | None = None
+    uri: str,
+    data: pa.Table,
+    dates: list[str],
+    metadata: dict[str, str] | None = None,
+    raw_version: int | None = None,
 ) -> int:
-    """Replace the ``ingest_date`` partitions ``dates`` with ``data``: reruns are idempotent."""
-    props = CommitProperties(custom_metadata=metadata) if metadata else None
+    """Replace the ``ingest_date`` partitions ``dates`` with ``data``: reruns are idempotent.
+    ``raw_version``: the raw table version the data was derived from (see ``write_normalized``)."""
+    props = _props(metadata, raw_version)
     if not exists(uri):
         write_deltalake(
             uri,
@@ -180,6 +186,58 @@ def overwrite_partitions(
             writer_properties=WRITER,
         )
     return DeltaTable(uri).version()
+
+
+# Delta transaction identifier of every table a normalize step writes: its version is the raw
+# table version the output reflects, so an appending rerun after a crash skips what is done.
+NORMALIZED_APP = "cdc.normalize"
+
+
+def _props(metadata: dict[str, str] | None, raw_version: int | None) -> CommitProperties | None:
+    txns = [Transaction(NORMALIZED_APP, raw_version)] if raw_version is not None else None
+    if not metadata and not txns:
+        return None
+    return CommitProperties(custom_metadata=metadata, app_transactions=txns)
+
+
+def normalized_raw_version(uri: str) -> int | None:
+    """The raw version a normalize output reflects (None: none recorded, or no table)."""
+    return DeltaTable(uri).transaction_version(NORMALIZED_APP) if exists(uri) else None
+
+
+def append_normalized(
+    uri: str, data: pa.Table, raw_version: int, metadata: dict[str, str] | None = None
+) -> int | None:
+    """Append ``data`` derived from raw up to ``raw_version``, unless the table already reflects
+    that version (a rerun after a crash between outputs): None then. The commit is made against
+    the version read, so a racing run that appended the same batch makes this one fail."""
+    props = _props(metadata, raw_version)
+    if not exists(uri):
+        write_deltalake(
+            uri, data, partition_by=[PARTITION_COLUMN], mode="append",
+            commit_properties=props, writer_properties=WRITER,
+        )  # fmt: skip
+        return DeltaTable(uri).version()
+    dt = DeltaTable(uri)
+    done = dt.transaction_version(NORMALIZED_APP)
+    if done is not None and done >= raw_version:
+        return None
+    _widen(uri, data.schema)
+    write_deltalake(
+        DeltaTable(uri, version=dt.version()), data, mode="append", schema_mode="merge",
+        commit_properties=props, writer_properties=WRITER,
+    )  # fmt: skip
+    return DeltaTable(uri).version()
+
+
+def files_between(uri: str, after: int | None, upto: int) -> list[str]:
+    """Files of version ``upto`` that version ``after`` did not have (all when ``after`` is
+    None). Raw is append-only for Kafka sources, so these are the batches in between."""
+    files_upto = DeltaTable(uri, version=upto).file_uris()
+    if after is None:
+        return files_upto
+    before = set(DeltaTable(uri, version=after).file_uris())
+    return [f for f in files_upto if f not in before]
 
 
 def replace_where(uri: str, data: pa.Table, predicate: str) -> int:
@@ -418,6 +476,16 @@ def files_changed_since(uri: str, since_version: int) -> list[str] | None:
     return sorted((now - before) | removed)
 
 
+def max_stat(uri: str, column: str, at_version: int | None = None) -> Any:
+    """The largest value of ``column`` from the files' statistics (no data read); None when the
+    table is absent or empty, or no file has statistics for it."""
+    if not exists(uri):
+        return None
+    actions = pa.table(DeltaTable(uri, version=at_version).get_add_actions(flatten=True))
+    name = f"max.{column}"
+    return pc.max(actions[name]).as_py() if name in actions.column_names else None
+
+
 def row_count(uri: str) -> int:
     """Rows in the table's snapshot, from the file statistics (reads no data)."""
     if not exists(uri):
@@ -477,12 +545,23 @@ def kafka_offsets(
             if not exists(uri):
                 raise
     dt = DeltaTable(uri)
+    return dt.version(), _stored_offsets(dt, partitions)
+
+
+def kafka_stored_offsets(uri: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The next offset of each partition the raw table has records of (read only)."""
+    return _stored_offsets(DeltaTable(uri), partitions) if exists(uri) else {}
+
+
+def _stored_offsets(
+    dt: DeltaTable, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
     found = {}
     for topic, partition in partitions:
         offset = dt.transaction_version(kafka_app_id(topic, partition))
         if offset is not None:
             found[(topic, partition)] = offset
-    return dt.version(), found
+    return found
 
 
 def append_kafka_batch(

@@ -87,6 +87,15 @@ def ddl_records(parsed: DataFrame) -> DataFrame:
     )  # fmt: skip
 
 
+def control_records(parsed: DataFrame) -> DataFrame:
+    """The control log rows of a parsed batch: heartbeats, transaction markers, tombstones.
+    Their event times tell how far the source has got even when no row changes."""
+    return parsed.where(F.col("kind") == C.KIND_CONTROL).select(
+        "op", "database", "schema", "table", "sequence", "event_time", "tx_id", "source_format",
+        "topic", "partition", "offset", "file", "line", "ingest_date",
+    )  # fmt: skip
+
+
 def routed_name(qualified: str, source: SourceConfig) -> str:
     """The table name a qualified source name is stored under: declared, else derived."""
     cfg = _match(qualified, source.tables)

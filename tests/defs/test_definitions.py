@@ -8,9 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from cdc_platform.catalog import CatalogError, KafkaConfig, SourceConfig, load_catalog
 from cdc_platform.definitions import defs
-from cdc_platform.defs.cdc_tables import build_source_defs
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).with_name("asset_keys.txt")
@@ -57,9 +55,20 @@ def test_workspace_yaml_loads(tmp_path):
     assert "All code locations passed validation" in done.stderr + done.stdout
 
 
-def test_a_kafka_source_is_refused_in_one_line_until_it_has_assets():
-    source = SourceConfig(
-        name="k", transport="kafka", kafka=KafkaConfig(bootstrap_servers="h:9092", topics=["t"])
-    )
-    with pytest.raises(CatalogError, match="transport kafka has no Dagster assets yet"):
-        build_source_defs(source, load_catalog(ROOT / "sources.yaml"))
+def test_a_kafka_source_gets_an_append_only_raw_asset_a_sensor_and_freshness_checks():
+    d = defs()
+    graph = d.resolve_asset_graph()
+    raw = graph.get(dg.AssetKey(["raw", "crm"]))
+    assert "kafka" in raw.kinds and raw.partitions_def is not None
+    assert "Append-only" in raw.description
+    sensor = d.get_sensor_def("crm__kafka_sensor")
+    assert sensor.minimum_interval_seconds == 10
+    assert sensor.job_name == "crm__ingest"
+    job = d.resolve_job_def("crm__ingest")
+    assert {
+        "raw/crm", "changelog/crm/accounts", "current/crm/accounts", "current/crm/tickets"
+    } <= {k.to_user_string() for k in job.asset_layer.executable_asset_keys}  # fmt: skip
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    assert ("current/crm/accounts", "freshness") in checks
+    assert ("current/shop/customers", "freshness") in checks
+    assert d.get_schedule_def("cdc_freshness").cron_schedule == "*/5 * * * *"

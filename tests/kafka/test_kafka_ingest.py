@@ -1,5 +1,6 @@
-"""Kafka -> raw against a real broker (Tansu, see conftest.py) and real Delta tables on disk:
-bounded runs, resume from the table, crashes around the Delta commit, and the corpus end to end."""
+"""Kafka -> raw against a real broker (the embedded Tansu, see tests/conftest.py) and real Delta
+tables on disk: bounded runs, resume from the table, crashes around the Delta commit, and the
+corpus end to end."""
 
 import json
 import os

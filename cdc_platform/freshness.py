@@ -1,0 +1,62 @@
+"""How far behind its source each table is.
+
+A source's *position* is the newest event time seen from it: the table's own changes, and the
+source's heartbeats and transaction markers (the control log), which move on even when the table
+does not change. A change log is as fresh as that position. A current table that has not merged
+the newest change-log version yet is only as fresh as the changes it merged. Lag = now - position.
+Positions come from the Delta files' statistics: no data is read.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dagster import MetadataValue
+
+from cdc_platform.lake import delta as lake
+
+
+@dataclass(frozen=True)
+class Freshness:
+    position: datetime | None  # newest source event time the table reflects
+    lag_seconds: float | None  # now - position (None: nothing seen yet)
+
+    def metadata(self) -> dict[str, object]:
+        if self.position is None:
+            return {}
+        return {
+            "source_position": MetadataValue.timestamp(self.position),
+            "lag_seconds": round(self.lag_seconds, 1),
+        }
+
+
+def _of(position: datetime | None, now: datetime | None) -> Freshness:
+    if position is None:
+        return Freshness(None, None)
+    now = now or datetime.now(UTC)
+    # A source clock ahead of ours is no lag.
+    return Freshness(position, max(0.0, (now - position).total_seconds()))
+
+
+def _newest(*times: datetime | None) -> datetime | None:
+    return max((t for t in times if t is not None), default=None)
+
+
+def changelog(warehouse: Path, source: str, table: str, now: datetime | None = None) -> Freshness:
+    changes = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    control = lake.table_uri(warehouse, lake.CONTROL, source)
+    return _of(
+        _newest(lake.max_stat(changes, "event_time"), lake.max_stat(control, "event_time")), now
+    )
+
+
+def current(warehouse: Path, source: str, table: str, now: datetime | None = None) -> Freshness:
+    changes = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    merged = lake.state(lake.table_uri(warehouse, lake.CURRENT, source, table)).get(
+        "changelog_version"
+    )
+    if merged is None:
+        return Freshness(None, None)
+    if merged == lake.version(changes):
+        return changelog(warehouse, source, table, now)
+    return _of(lake.max_stat(changes, "event_time", at_version=merged), now)

@@ -1,0 +1,260 @@
+"""A Kafka source run the way Dagster runs it, against the real broker: the sensor requests runs
+while the topic holds records raw lacks, the ingest job carries them to the current table, runs
+are bounded, reprocessing a date duplicates nothing, a crash between the normalize outputs
+loses and duplicates nothing, and freshness follows the source's heartbeats."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from cdc_platform import freshness, pipeline
+from cdc_platform.catalog import load_catalog
+from cdc_platform.defs.cdc_tables import build_source_defs
+from cdc_platform.defs.kafka import INCREMENTAL, INCREMENTAL_TAG, today
+from cdc_platform.defs.resources import build_resources
+from cdc_platform.lake import delta as lake
+from cdc_platform.spark.normalize import table_name
+from tests.conftest import CORPUS
+from tests.kafka.test_kafka_ingest import _produce, _topic
+from tests.spark.test_corpus_debezium import _column_types, _comparable
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS_FILE = "debezium/debezium-postgres-data-schema-include.txt"
+
+
+def _catalog(tmp_path: Path, bootstrap: str, topic: str, entry: dict, **kafka_settings):
+    table = table_name(entry["table"])
+    path = tmp_path / "sources.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "warehouse": str(tmp_path / "warehouse"),
+                "landing": str(tmp_path / "landing"),
+                "sources": [
+                    {
+                        "name": "k",
+                        "transport": "kafka",
+                        "format": "debezium",
+                        "max_lag_minutes": 5,
+                        "kafka": {
+                            "bootstrap_servers": bootstrap,
+                            "topics": [topic],
+                            "idle_timeout_seconds": 5,
+                            **kafka_settings,
+                        },
+                        "tables": [
+                            {
+                                "name": table,
+                                "source_table": entry["table"],
+                                "primary_key": entry["primary_key"],
+                                "column_types": _column_types(entry),
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    return load_catalog(path), table
+
+
+class _Location:
+    """One source's definitions on a test instance: tick the sensor, run what it asks for."""
+
+    def __init__(self, catalog, instance: dg.DagsterInstance) -> None:
+        self.catalog, self.instance = catalog, instance
+        self.defs = dg.Definitions.merge(
+            build_source_defs(catalog.source("k"), catalog),
+            dg.Definitions(resources=build_resources(catalog), executor=dg.in_process_executor),
+        )
+        self.sensor = self.defs.get_sensor_def("k__kafka_sensor")
+        self.job = self.defs.resolve_job_def("k__ingest")
+        self.cursor: str | None = None
+
+    def tick(self) -> list[dg.RunRequest]:
+        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor)
+        result = self.sensor(context)
+        self.cursor = result.cursor
+        return list(result.run_requests or [])
+
+    def run(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+        result = self.job.execute_in_process(
+            partition_key=request.partition_key, tags=request.tags, instance=self.instance
+        )
+        assert result.success
+        return result
+
+    def drain(self) -> int:
+        """Tick and run until the sensor asks for nothing; the number of runs."""
+        runs = 0
+        while requests := self.tick():
+            assert len(requests) == 1
+            self.run(requests[0])
+            runs += 1
+            assert runs < 20
+        return runs
+
+
+def _current(spark, warehouse: Path, table: str, entry: dict) -> list[dict]:
+    rows = pipeline.current_rows(spark, warehouse, "k", table)
+    return _comparable(rows.orderBy(*entry["primary_key"]).toArrow().to_pylist(), entry)
+
+
+def _changelog_coordinates(warehouse: Path, table: str) -> list[tuple]:
+    changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "k", table))
+    return sorted(zip(changes["partition"].to_pylist(), changes["offset"].to_pylist(), strict=True))
+
+
+def _lines() -> list[bytes]:
+    return [line for line in (CORPUS / CORPUS_FILE).read_bytes().split(b"\n") if line.strip()]
+
+
+def test_the_sensor_drives_bounded_runs_from_topic_to_current(
+    spark, kafka_bootstrap, tmp_path, expected
+):
+    entry = expected[CORPUS_FILE]
+    topic = _topic(kafka_bootstrap, "dagster")
+    catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry, max_records=6)
+    warehouse = catalog.warehouse_path
+    lines = _lines()
+    head, tail = lines[:10], lines[10:]
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in head])
+
+    with dg.instance_for_test() as instance:
+        location = _Location(catalog, instance)
+        first = location.tick()
+        assert [(r.partition_key, r.tags[INCREMENTAL_TAG]) for r in first] == [
+            (today(), INCREMENTAL)
+        ]
+        assert json.loads(location.cursor) == {f"{topic}[0]": pytest.approx(10, abs=9)}
+        location.run(first[0])
+        # 6 of 10 records per run: the sensor asks again until raw holds them all.
+        assert location.drain() == 1
+        assert location.tick() == []
+
+        _produce(kafka_bootstrap, topic, [{"value": v} for v in tail])
+        runs = location.drain()
+        # A batch that ends at its bound exactly at the end costs one more (empty) run.
+        assert runs == len(tail) // 6 + 1
+
+        assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+        # Every record once in raw and once (at most) in the change log.
+        raw = lake.read_arrow(lake.table_uri(warehouse, lake.RAW, "k"))
+        assert sorted(raw["offset"].to_pylist()) == list(range(len(lines)))
+        coordinates = _changelog_coordinates(warehouse, table)
+        assert len(coordinates) == len(set(coordinates))
+
+        # A date reprocessed from raw (a backfill, no incremental tag) changes nothing.
+        result = location.job.execute_in_process(partition_key=today(), instance=instance)
+        assert result.success
+        assert _changelog_coordinates(warehouse, table) == coordinates
+        assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+        materialized = result.asset_materializations_for_node("k__changelog")
+        changelog = next(m for m in materialized if m.asset_key.path[0] == "changelog")
+        assert {"rows_by_op", "delta_version", "dagster/column_schema", "preview"} <= set(
+            changelog.metadata
+        )
+
+
+def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected):
+    entry = expected[CORPUS_FILE]
+    topic = _topic(kafka_bootstrap, "fresh")
+    catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in _lines()])
+
+    with dg.instance_for_test() as instance:
+        location = _Location(catalog, instance)
+        location.drain()
+        # The corpus changes are years old: without news from the source the table is stale.
+        stale = freshness.current(catalog.warehouse_path, "k", table)
+        assert stale.lag_seconds > 365 * 86400
+        evaluation = _freshness_evaluation(location)
+        assert not evaluation.passed
+        assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+
+        # A Debezium heartbeat says the source is at "now" and had nothing else to send.
+        now_ms = int(time.time() * 1000)
+        heartbeat = {"value": json.dumps({"ts_ms": now_ms}).encode(), "key": b'{"serverName":"x"}'}
+        _produce(kafka_bootstrap, topic, [heartbeat])
+        location.drain()
+        fresh = freshness.current(catalog.warehouse_path, "k", table)
+        assert fresh.lag_seconds < 120
+        assert _freshness_evaluation(location).passed
+        control = lake.read_arrow(lake.table_uri(catalog.warehouse_path, lake.CONTROL, "k"))
+        assert pc.max(control["event_time"]).as_py().timestamp() * 1000 == pytest.approx(
+            now_ms, abs=1
+        )
+
+
+def _freshness_evaluation(location: _Location):
+    result = location.job.execute_in_process(
+        partition_key=today(), instance=location.instance, tags={INCREMENTAL_TAG: INCREMENTAL}
+    )
+    (evaluation,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "freshness"]
+    return evaluation
+
+
+_CRASH = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from cdc_platform import pipeline
+    from cdc_platform.catalog import load_catalog
+    from cdc_platform.lake import delta as lake
+    from cdc_platform.spark.session import get_spark
+
+    catalog = load_catalog(sys.argv[1])
+    real = lake.append_normalized
+
+    def append_then_die(uri, data, raw_version, metadata=None):
+        if "/quarantine/" in uri:
+            os._exit(17)  # the change log and control log are written, the quarantine is not
+        return real(uri, data, raw_version, metadata)
+
+    lake.append_normalized = append_then_die
+    pipeline.normalize_new(get_spark("local[1]"), catalog.warehouse_path, catalog.source("k"))
+    """
+)
+
+
+def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
+    spark, kafka_bootstrap, tmp_path, expected
+):
+    entry = expected[CORPUS_FILE]
+    topic = _topic(kafka_bootstrap, "crash")
+    catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
+    warehouse, source = catalog.warehouse_path, catalog.source("k")
+    lines = _lines()
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[:10]])
+    from cdc_platform.ingest import kafka
+
+    kafka.ingest_kafka(warehouse, source)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH, str(tmp_path / "sources.yaml")],
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 17, proc.stderr[-2000:]
+    written = _changelog_coordinates(warehouse, table)
+    assert len(written) > 0
+    assert not lake.exists(lake.table_uri(warehouse, lake.QUARANTINE, "k"))
+
+    # More records arrive before the rerun; the rerun finishes the crashed batch, then the rest.
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[10:]])
+    kafka.ingest_kafka(warehouse, source)
+    pipeline.normalize_new(spark, warehouse, source)
+    pipeline.merge_current(spark, warehouse, "k", table)
+
+    coordinates = _changelog_coordinates(warehouse, table)
+    assert len(coordinates) == len(set(coordinates))
+    assert set(written) <= set(coordinates)
+    assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+    assert pipeline.normalize_new(spark, warehouse, source).messages == 0  # nothing left
