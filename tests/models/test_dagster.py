@@ -64,3 +64,32 @@ def test_materializing_the_models_builds_them_and_runs_their_tests(
     warn = evaluations[("models/order_facts", "customer_id__relationships")]
     assert warn.severity == dg.AssetCheckSeverity.WARN
     assert warn.metadata["failing_rows"].value >= 1
+
+
+def requested(result) -> set[str]:
+    return {r.key.to_user_string() for r in result.results if r.true_subset.size}
+
+
+def test_automation_builds_a_model_when_an_input_updates_then_its_checks(
+    catalog, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
+    defs = dg.Definitions.merge(
+        build_models_defs(catalog), dg.Definitions(resources=build_resources(catalog))
+    )
+    with dg.instance_for_test() as instance:
+        first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert requested(first) == set()  # nothing updated: a missing model is not built yet
+        orders = dg.AssetKey(["current", "shop", "orders"])
+        instance.report_runless_asset_event(dg.AssetMaterialization(orders))
+        second = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, cursor=first.cursor
+        )
+        # One request for the whole chain below the update (Dagster runs it in order), with
+        # the checks of each model; daily_changes reads nothing that changed.
+        models = {k for k in requested(second) if ":" not in k}
+        assert models == {
+            "models/customer_order_totals", "models/order_facts", "models/big_spenders"
+        }  # fmt: skip
+        assert "models/customer_order_totals:customer_id__unique" in requested(second)
+        assert "models/order_facts:size__accepted_values" in requested(second)
