@@ -184,21 +184,6 @@ def test_a_model_over_a_model_not_built_yet_says_so(spark, catalog, demo_warehou
         build_model(spark, demo_warehouse, project, "b")
 
 
-def test_the_example_models_tests_pass_but_the_warning_on_deleted_customers(spark, built, project):
-    outcomes = {
-        (name, o.name): o for name in project.models for o in run_tests(spark, built, project, name)
-    }
-    assert len(outcomes) == 15
-    failed = {k: o for k, o in outcomes.items() if not o.passed}
-    # An order of the customer the demo deletes: the relationship test is a warning.
-    assert list(failed) == [("order_facts", "customer_id__relationships")]
-    deleted = {o["customer_id"] for o in live(spark, built, "orders")} - {
-        c["id"] for c in live(spark, built, "customers")
-    }
-    assert failed[("order_facts", "customer_id__relationships")].sample == sorted(deleted)
-    assert failed[("order_facts", "customer_id__relationships")].severity == "warn"
-
-
 def test_failing_tests_count_the_offending_rows(spark, catalog, demo_warehouse, tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
