@@ -41,7 +41,10 @@ def model_key(name: str) -> dg.AssetKey:
 def _column_schema(model: Model, schema: object | None = None) -> dg.TableSchema:
     if schema is None:  # before a build: the documented columns
         return dg.TableSchema(
-            columns=[dg.TableColumn(n, description=d) for n, d in model.columns.items()]
+            columns=[
+                dg.TableColumn(n, "unknown until built", description=d)
+                for n, d in model.columns.items()
+            ]
         )
     built = table_schema(schema)
     return dg.TableSchema(
