@@ -115,6 +115,13 @@ def _jsonable(value: Any) -> Any:
     return None if text in ("NaT", "nan", "None") else text
 
 
+def _exception(info: dict | None) -> str | None:
+    """The message of an expectation that raised (GX nests it under metric ids)."""
+    infos = [info or {}, *[v for v in (info or {}).values() if isinstance(v, dict)]]
+    raised = [i for i in infos if i.get("raised_exception")]
+    return str(raised[0].get("exception_message"))[:500] if raised else None
+
+
 def _for_engine(value: Any, engine: str) -> Any:
     """pandas compares timestamps with time zone (Arrow gives UTC), Spark with naive UTC."""
     if isinstance(value, dt.datetime):
@@ -178,10 +185,9 @@ def validate(
     }
     for r in result.results:
         out = by_rule[r.expectation_config.meta["rule"]]
-        info = r.exception_info or {}
-        if info.get("raised_exception"):
+        if error := _exception(r.exception_info):
             out.success = False
-            out.error = str(info.get("exception_message"))[:500]
+            out.error = error
             continue
         res = r.result or {}
         out.success = out.success and bool(r.success)

@@ -1,0 +1,175 @@
+"""Asset checks from the expectation suites: one check per rule, severity from the suite or
+``sources.yaml`` (``quality.severity``). ERROR checks of a change log are blocking: a failure skips
+the current and history merges downstream in the same run, and their automation condition waits
+for them to pass (``automation.py``).
+
+Builders only; ``cdc_tables.py`` passes the specs to its assets and yields the results.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+from pyspark.sql import SparkSession
+
+from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
+from cdc_platform.lake import delta
+from cdc_platform.pipeline import MergeResult
+from cdc_platform.quality import docs, suites, validations
+from cdc_platform.quality.validate import RuleResult, SuiteRun
+
+SEVERITY = {suites.ERROR: dg.AssetCheckSeverity.ERROR, suites.WARN: dg.AssetCheckSeverity.WARN}
+
+
+def _key(layer: str, source: str, table: str | None = None) -> dg.AssetKey:
+    return dg.AssetKey(delta.key_path(layer, source, table))
+
+
+def _severities(layer: str, source: SourceConfig, table: TableConfig | None) -> dict[str, str]:
+    try:
+        return suites.severities(layer, validations.quality_of(source, table))
+    except ValueError as e:
+        where = f"source {source.name}" + (f" table {table.name}" if table else "")
+        raise CatalogError(f"{where}: {e}") from None
+
+
+def _specs(
+    layer: str, key: dg.AssetKey, severities: dict[str, str], blocking: bool
+) -> list[dg.AssetCheckSpec]:
+    rules = suites.load(layer).rules
+    return [
+        dg.AssetCheckSpec(
+            name,
+            asset=key,
+            description=f"{rules[name].description} ({severity})",
+            blocking=blocking and severity == suites.ERROR,
+        )
+        for name, severity in severities.items()
+    ]
+
+
+def changelog_check_specs(
+    source: SourceConfig, tables: list[TableConfig]
+) -> list[dg.AssetCheckSpec]:
+    """The change-log rules per table (ERROR ones blocking) and the source's reconciliation,
+    attached to its quarantine asset."""
+    specs = []
+    for t in tables:
+        severities = _severities(suites.CHANGELOG, source, t)
+        specs += _specs(
+            suites.CHANGELOG, _key(delta.CHANGELOG, source.name, t.name), severities, True
+        )
+    severities = _severities(suites.RECONCILIATION, source, None)
+    specs += _specs(suites.RECONCILIATION, _key(delta.QUARANTINE, source.name), severities, False)
+    return specs
+
+
+def current_check_specs(source: SourceConfig, table: TableConfig) -> list[dg.AssetCheckSpec]:
+    key = _key(delta.CURRENT, source.name, table.name)
+    return [
+        spec
+        for layer in (suites.CURRENT, suites.CURRENT_ROWS)
+        for spec in _specs(layer, key, _severities(layer, source, table), True)
+    ]
+
+
+def _result(key: dg.AssetKey, rule: RuleResult, run: SuiteRun, report: Path | None):
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "unexpected_count": rule.unexpected,
+        "checked_rows": rule.checked,
+        "batch": run.batch,
+        "suite": run.suite,
+        "engine": run.engine,
+        "validation_seconds": round(run.seconds, 3),
+    }
+    if rule.sample:
+        metadata["failing_rows_sample"] = dg.MetadataValue.json(rule.sample)
+    if rule.error:
+        metadata["error"] = rule.error
+    if report is not None:
+        metadata["report"] = dg.MetadataValue.path(str(report))
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=rule.rule,
+        passed=rule.success,
+        severity=SEVERITY[rule.severity],
+        description=rule.description,
+        metadata=metadata,
+    )
+
+
+def _publish(
+    runs: list[SuiteRun], warehouse: Path, log: dg.DagsterLogManager | None
+) -> Path | None:
+    """Data Docs after each validation; a report that cannot be written never fails the run."""
+    try:
+        return docs.publish(runs, docs.reports_dir(warehouse))
+    except OSError as e:
+        if log:
+            log.warning(f"data docs not written: {e}")
+        return None
+
+
+def changelog_check_results(
+    context: dg.AssetExecutionContext,
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    tables: list[TableConfig],
+    dates: list[str],
+) -> Iterator[dg.AssetCheckResult]:
+    """Validate the change-log partitions ``dates`` of every table and reconcile the source."""
+    runs: list[tuple[dg.AssetKey, SuiteRun | None, str]] = []
+    for t in tables:
+        run = validations.validate_changelog(spark, warehouse, source, t.name, dates)
+        runs.append((_key(delta.CHANGELOG, source.name, t.name), run, suites.CHANGELOG))
+    run = validations.validate_reconciliation(spark, warehouse, source, dates)
+    runs.append((_key(delta.QUARANTINE, source.name), run, suites.RECONCILIATION))
+    report = _publish([r for _, r, _ in runs if r], warehouse, context.log)
+    yield from _results(runs, report, source, tables)
+
+
+def _results(runs, report, source, tables):
+    by_name = {t.name: t for t in tables}
+    for key, run, layer in runs:
+        if run is not None:
+            yield from (_result(key, rule, run, report) for rule in run.rules)
+            continue
+        # Nothing to validate yet (the table or raw is absent): nothing can be wrong.
+        table = by_name.get(key.path[-1]) if len(key.path) == 3 else None
+        for rule, severity in _severities(layer, source, table).items():
+            yield dg.AssetCheckResult(
+                asset_key=key,
+                check_name=rule,
+                passed=True,
+                severity=SEVERITY[severity],
+                metadata={"unexpected_count": 0, "checked_rows": 0},
+            )
+
+
+def rows_before(warehouse: Path, source: SourceConfig, table: TableConfig) -> int:
+    """Call before the merge: the current table's rows, for the row balance."""
+    return validations.rows_before(warehouse, source.name, table.name)
+
+
+def current_check_results(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    table: TableConfig,
+    before: int,
+    merged: MergeResult,
+) -> list[dg.AssetCheckResult]:
+    """Validate the current table after a merge (its suite and the merge's row balance)."""
+    balance = {
+        "rows_before": before,
+        "inserted": merged.inserted,
+        "removed": merged.truncated + merged.tombstones_purged,
+    }
+    runs = validations.validate_current(spark, warehouse, source, table.name, balance)
+    key = _key(delta.CURRENT, source.name, table.name)
+    if not runs:
+        return list(_results([(key, None, suites.CURRENT), (key, None, suites.CURRENT_ROWS)],
+                             None, source, [table]))  # fmt: skip
+    report = _publish(runs, warehouse, None)
+    return [_result(key, rule, run, report) for run in runs for rule in run.rules]

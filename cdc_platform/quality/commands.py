@@ -1,0 +1,60 @@
+"""What ``cdc-platform quality-report`` and ``cdc-platform redrive`` do (arguments parsed)."""
+
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdc_platform.catalog import Catalog, CatalogError, SourceConfig, load_catalog
+from cdc_platform.lake import delta as lake
+from cdc_platform.quality import docs, validations
+from cdc_platform.quality.redrive import RedriveResult, redrive
+from cdc_platform.quality.validate import SuiteRun
+
+
+def warehouse_sources(warehouse: Path, sources_file: Path | None) -> list[SourceConfig]:
+    """Every source with tables in the warehouse, configured by the sources file when it names
+    it (given, else ``CDC_SOURCES`` or ./sources.yaml if present), else with defaults."""
+    catalog: Catalog | None = None
+    path = sources_file or Path(os.environ.get("CDC_SOURCES", "sources.yaml"))
+    if sources_file is not None or path.is_file():
+        catalog = load_catalog(path)
+    names = sorted(
+        {p.name for layer in (lake.RAW, lake.QUARANTINE) for p in (warehouse / layer).glob("*")}
+    )
+    configured = {s.name: s for s in catalog.sources} if catalog else {}
+    return [configured.get(n) or SourceConfig(name=n) for n in names]
+
+
+def quality_report(
+    spark: SparkSession, warehouse: Path, out: Path, sources_file: Path | None = None
+) -> tuple[Path, list[SuiteRun]]:
+    """Validate every change log (all partitions), reconciliation and current table of the
+    warehouse and build the whole Data Docs site in ``out``."""
+    runs: list[SuiteRun] = []
+    for source in warehouse_sources(warehouse, sources_file):
+        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
+            table = Path(uri).name
+            if run := validations.validate_changelog(spark, warehouse, source, table, None):
+                runs.append(run)
+            runs += validations.validate_current(spark, warehouse, source, table)
+        if run := validations.validate_reconciliation(spark, warehouse, source, None):
+            runs.append(run)
+    if not runs:
+        raise CatalogError(f"nothing to validate in warehouse {warehouse}")
+    return docs.publish(runs, out, rebuild=True), runs
+
+
+def redrive_all(
+    spark: SparkSession,
+    warehouse: Path,
+    reason: str | None,
+    source: str | None,
+    sources_file: Path | None = None,
+) -> dict[str, RedriveResult]:
+    sources = warehouse_sources(warehouse, sources_file)
+    if source is not None:
+        sources = [s for s in sources if s.name == source]
+        if not sources:
+            raise CatalogError(f"no source {source!r} in warehouse {warehouse}")
+    return {s.name: redrive(spark, warehouse, s, reason) for s in sources}
