@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sensor-interval", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=300, help="per round, seconds")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, tables)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-latency-"))
@@ -171,15 +172,17 @@ def main() -> None:
         os.killpg(dev.pid, 15)
         dev.wait(timeout=60)
         broker.stop(proc_broker)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(f"work folder: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def create_topics_for(bootstrap: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(TOPIC, 1, 1)])[
-        TOPIC
-    ].result(timeout=30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the result is in
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
 
 
 if __name__ == "__main__":

@@ -50,10 +50,11 @@ def _decimal(cents: int) -> str:
 
 
 class _Binlog:
-    """Strictly increasing MySQL binlog positions, as Debezium reports them."""
+    """Strictly increasing MySQL binlog positions, as Debezium reports them; each batch starts
+    past the previous one, so a later batch's changes are newer."""
 
-    def __init__(self, start_ms: int) -> None:
-        self.pos, self.ts = 4, start_ms
+    def __init__(self, start_ms: int, batch: int) -> None:
+        self.pos, self.ts = 4 + batch * 1_000_000, start_ms
 
     def source(self, table: str) -> dict:
         self.pos += 317
@@ -65,7 +66,7 @@ class _Binlog:
 
 def debezium_records(batch: int, start_ms: int, rng: random.Random) -> list[dict]:
     """One batch of customer and order changes as Kafka record envelopes."""
-    log = _Binlog(start_ms + batch * 3_600_000)
+    log = _Binlog(start_ms + batch * 3_600_000, batch)
     records: list[dict] = []
 
     def emit(table: str, fields: list[dict], key: dict, op: str, before, after) -> None:

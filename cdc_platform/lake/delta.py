@@ -389,7 +389,7 @@ def upsert_newer(
     # source) becomes null rather than keeping a stale value.
     full = {c: f"s.{_quote(c)}" for c in columns}
     full |= {c: "NULL" for c in target if c not in full and not c.startswith("__")}
-    dt, merge = _merge(uri, data, on, props)
+    before, merge = _merge(uri, data, on, props)
     metrics = (
         merge.when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
         .when_matched_update(
@@ -398,13 +398,15 @@ def upsert_newer(
         .when_not_matched_insert_all(except_cols=extra)
         .execute()
     )
-    _record_state_if_no_commit(uri, dt.version(), props)
+    _record_state_if_no_commit(uri, before, props)
     return metrics
 
 
 def _merge(uri: str, data: pa.Table, on: str, props: CommitProperties):
-    """The table as it was, and a MERGE of ``data`` (alias s) into it (alias t) on ``on``."""
+    """The table's version before, and a MERGE of ``data`` (alias s) into it (alias t) on
+    ``on``. (Read the version first: executing the merge advances the DeltaTable.)"""
     dt = DeltaTable(uri)
+    before = dt.version()
     merge = dt.merge(
         data,
         on,
@@ -414,7 +416,7 @@ def _merge(uri: str, data: pa.Table, on: str, props: CommitProperties):
         commit_properties=props,
         writer_properties=WRITER,
     )
-    return dt, merge
+    return before, merge
 
 
 def _record_state_if_no_commit(uri: str, version_before: int, props: CommitProperties) -> None:
@@ -507,14 +509,14 @@ def replace_versions(
     if set(columns) <= set(arrow_schema(uri).names):
         changed = " OR ".join(f"(s.{_quote(c)} IS DISTINCT FROM t.{_quote(c)})" for c in columns)
     dropped = f"s.{_quote(drop)}"
-    dt, merge = _merge(uri, data, on, props)
+    before, merge = _merge(uri, data, on, props)
     metrics = (
         merge.when_matched_delete(predicate=dropped)
         .when_matched_update_all(predicate=f"NOT {dropped} AND ({changed})", except_cols=[drop])
         .when_not_matched_insert_all(predicate=f"NOT {dropped}", except_cols=[drop])
         .execute()
     )
-    _record_state_if_no_commit(uri, dt.version(), props)
+    _record_state_if_no_commit(uri, before, props)
     return metrics
 
 
@@ -637,8 +639,7 @@ def upsert_model(uri: str, data: pa.Table, key: list[str], state: dict[str, Any]
     _widen(uri, data.schema)
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
-    dt, merge = _merge(uri, data, on, props)
-    before = dt.version()  # read first: executing the merge advances ``dt``
+    before, merge = _merge(uri, data, on, props)
     metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute()
     _record_state_if_no_commit(uri, before, props)
     return metrics

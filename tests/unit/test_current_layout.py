@@ -130,3 +130,15 @@ def test_replace_with_a_key_writes_the_layout(tmp_path):
     ranges = _ranges(uri)
     assert len(ranges) > 3 and all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
     assert lake.state(uri) == {"key": ["id"]}
+
+
+def test_a_merge_is_one_commit_and_a_no_op_merge_one_empty_one(tmp_path):
+    uri = str(tmp_path / "cur")
+    _upsert(uri, _rows(range(100), 1))
+    version = lake.version(uri)
+    _upsert(uri, _rows(range(10), 2))
+    assert lake.version(uri) == version + 1
+    # Nothing newer: no data commit, but the state is recorded once.
+    lake.upsert_newer(uri, _rows(range(10), 1), ["id"], SEQ, PARTIAL, {"changelog_version": 7})
+    assert lake.version(uri) == version + 2
+    assert lake.state(uri)["changelog_version"] == 7
