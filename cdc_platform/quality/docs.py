@@ -29,6 +29,8 @@ def _context(reports: Path) -> Any:
 
     reports.mkdir(parents=True, exist_ok=True)
     context = gx.get_context(mode="file", project_root_dir=str(reports))
+    if context.get_config().analytics_enabled is not False:
+        context.enable_analytics(False)  # saved in <reports>/gx/great_expectations.yml
     site = {
         "class_name": "SiteBuilder",
         "show_how_to_buttons": False,

@@ -67,6 +67,7 @@ def _context() -> Any:
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
+    context.enable_analytics(False)  # no usage events leave the machine
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     for name, add in (
         ("spark", context.data_sources.add_spark),

@@ -69,6 +69,18 @@ def _run(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProc
 def test_an_error_check_on_the_change_log_blocks_the_merge(catalog):
     instance = dg.DagsterInstance.ephemeral()
     defs = _defs(catalog, TOO_OLD)
+    # The same assets with the condition minus its blocking-checks part, for comparison.
+    eager_only = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
+    unguarded = defs.map_asset_specs(
+        func=lambda spec: (
+            spec.replace_attributes(automation_condition=eager_only)
+            if spec.key == CURRENT
+            else spec
+        )
+    )
+    before = [
+        dg.evaluate_automation_conditions(defs=d, instance=instance) for d in (defs, unguarded)
+    ]
     result = _run(defs, instance)
     checks = {
         (e.asset_key.to_user_string(), e.check_name): e
@@ -83,9 +95,12 @@ def test_an_error_check_on_the_change_log_blocks_the_merge(catalog):
     materialized = {e.asset_key for e in result.get_asset_materialization_events()}
     assert CUSTOMERS in materialized and CURRENT not in materialized  # written, not merged
 
-    # The automation sensor would not merge it either while the check is failed.
-    tick = dg.evaluate_automation_conditions(defs=defs, instance=instance)
-    assert tick.get_num_requested(CURRENT) == 0
+    # The automation sensor does not merge it later either (without the guard it would).
+    after = [
+        dg.evaluate_automation_conditions(defs=d, instance=instance, cursor=b.cursor)
+        for d, b in zip((defs, unguarded), before, strict=True)
+    ]
+    assert [a.get_num_requested(CURRENT) for a in after] == [0, 1]
 
 
 def test_passing_checks_let_the_merge_run_and_report_its_own(catalog):
