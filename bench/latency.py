@@ -8,12 +8,14 @@ until all of them are in the current table, read with delta-rs. The clock starts
 producer has flushed. Prints each round, the median, and where the time of each Dagster run went.
 
     .venv/bin/python bench/latency.py [--events 10000] [--rounds 5] [--sensor-interval 5]
+                                      [--spark-connect] [--keep]
 """
 
 import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -33,14 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "bench.inventory.customers"
 
 
-def catalog(tmp: Path, bootstrap: str, interval: int) -> Path:
+def catalog(tmp: Path, bootstrap: str, interval: int, remote: str | None = None) -> Path:
     path = tmp / "sources.yaml"
     path.write_text(
         yaml.safe_dump(
             {
                 "warehouse": str(tmp / "warehouse"),
                 "landing": str(tmp / "landing"),
-                "spark": {"master": "local[2]"},
+                "spark": {"master": "local[2]", **({"remote": remote} if remote else {})},
                 "sources": [
                     {
                         "name": "bench",
@@ -105,6 +107,18 @@ def wait_for_webserver(url: str, proc: subprocess.Popen, timeout: float = 240) -
     raise SystemExit("dagster dev did not come up")
 
 
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the Spark Connect server exited; see spark-server.log")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(1)
+    raise SystemExit("the Spark Connect server did not come up")
+
+
 def run_breakdown(home: Path) -> list[dict]:
     """Per finished run: seconds from creation to start (launch), and start to end."""
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
@@ -132,6 +146,12 @@ def main() -> None:
     parser.add_argument("--sensor-interval", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=300, help="per round, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, tables)")
+    parser.add_argument(
+        "--spark-connect",
+        action="store_true",
+        help="runs use a local Spark Connect server (cdc-platform spark-server) instead of "
+        "starting Spark themselves",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-latency-"))
@@ -140,6 +160,17 @@ def main() -> None:
     proc_broker, bootstrap = broker.start(tmp / "broker.log")
     create_topics_for(bootstrap)
     sources = catalog(tmp, bootstrap, args.sensor_interval)
+    server = None
+    if args.spark_connect:
+        spark_port = broker.free_port()
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "cdc-platform"), "spark-server",
+             "--sources", str(sources), "--port", str(spark_port)],
+            stdout=(tmp / "spark-server.log").open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        wait_for_port(spark_port, server)
+        sources = catalog(tmp, bootstrap, args.sensor_interval, f"sc://127.0.0.1:{spark_port}")
     port = broker.free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "CDC_SOURCES": str(sources)}
     dev_log = (tmp / "dagster.log").open("wb")
@@ -172,6 +203,9 @@ def main() -> None:
         os.killpg(dev.pid, 15)
         dev.wait(timeout=60)
         broker.stop(proc_broker)
+        if server is not None:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=60)
         if args.keep:
             print(f"work folder: {tmp}")
         else:

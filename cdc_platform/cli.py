@@ -73,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu, in memory)")
     b.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
     b.add_argument("--port", type=int, default=DEMO_BROKER_PORT)
+    sp = sub.add_parser("spark-server", help="run a local Spark Connect server (warm runs)")
+    sp.add_argument(
+        "--sources", type=Path, default=None, help="sources file (default sources.yaml)"
+    )
+    sp.add_argument("--port", type=int, default=15002)
     o = sub.add_parser(
         "reset-offsets", help="make a Kafka source's next run read from the earliest or latest"
     )
@@ -234,6 +239,21 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_server(args: argparse.Namespace) -> int:
+    """Run a Spark Connect server with the catalog's master and settings until interrupted."""
+    import subprocess
+
+    from cdc_platform.spark import connect_server
+
+    settings = _catalog(args.sources).spark_settings()
+    argv, env = connect_server.command(settings.master, settings.conf, args.port)
+    print(f"Spark Connect on sc://127.0.0.1:{args.port}; Ctrl-C stops it", flush=True)
+    try:
+        return subprocess.run(argv, env=env, check=False).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
 def _interrupt(signum: int, frame: object) -> NoReturn:
     raise KeyboardInterrupt
 
@@ -393,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             "demo": _demo,
             "broker": _broker,
             "reset-offsets": _reset_offsets,
+            "spark-server": _spark_server,
             "quality-report": _quality_report,
             "redrive": _redrive,
         }[args.command]

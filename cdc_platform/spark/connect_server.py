@@ -1,0 +1,37 @@
+"""A local Spark Connect server: one warm JVM that every Dagster run connects to.
+
+Each run of the default run launcher is a new process; with a local session each pays the JVM
+start and Spark's first-query warm-up (BENCHMARKS.md, latency). Runs whose catalog says
+``spark: {remote: sc://127.0.0.1:15002}`` (or ``CDC_SPARK_REMOTE``) use this server instead.
+It is pyspark's own ``start-connect-server.sh`` in the foreground, with the platform's Spark
+settings, the JDK ``ensure_java`` finds, and this interpreter for Python workers.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pyspark
+
+from cdc_platform.spark.session import DEFAULT_CONF, ensure_java
+
+DEFAULT_PORT = 15002
+
+
+def command(
+    master: str, conf: dict[str, str], port: int = DEFAULT_PORT
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that run the server until it is stopped."""
+    spark_home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "JAVA_HOME": ensure_java(),
+        "SPARK_HOME": str(spark_home),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    settings = {**DEFAULT_CONF, **conf, "spark.connect.grpc.binding.port": str(port)}
+    args = ["bash", str(spark_home / "sbin" / "start-connect-server.sh"), "--wait"]
+    args += ["--master", master]
+    for key, value in settings.items():
+        args += ["--conf", f"{key}={value}"]
+    return args, env
