@@ -60,6 +60,8 @@ def publish(runs: list[SuiteRun], reports: Path, rebuild: bool = False) -> Path:
     context = _context(Path(reports))
     ids: list[Any] = []
     for run in runs:
+        if run.result is None:
+            continue
         suite_id = ExpectationSuiteIdentifier(name=run.suite)
         context.suites.add_or_update(gx.ExpectationSuite(**run.expectations))
         result_id = ValidationResultIdentifier(
@@ -73,5 +75,6 @@ def publish(runs: list[SuiteRun], reports: Path, rebuild: bool = False) -> Path:
             expectation_suite_identifier=suite_id,
         )
         ids += [suite_id, result_id]
-    context.build_data_docs(site_names=[SITE], resource_identifiers=None if rebuild else ids)
+    if ids or rebuild:
+        context.build_data_docs(site_names=[SITE], resource_identifiers=None if rebuild else ids)
     return index_page(Path(reports))

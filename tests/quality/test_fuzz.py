@@ -13,6 +13,7 @@ refuse) or a comma-separated list.
 import base64
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -68,7 +69,14 @@ def _land(path: Path, values: list[bytes | None]) -> None:
 
 
 def _check(spark, fmt: str, batch: list[tuple[str, bytes | None]]) -> None:
-    warehouse = Path(tempfile.mkdtemp(prefix="fuzz-")) / "warehouse"
+    root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+    try:
+        _check_in(spark, root / "warehouse", fmt, batch)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_in(spark, warehouse: Path, fmt: str, batch: list[tuple[str, bytes | None]]) -> None:
     landing = warehouse.parent / "m.kafka.jsonl"
     _land(landing, [v for _, v in batch])
     source = SourceConfig(name="fz", format=fmt)
