@@ -172,7 +172,10 @@ def validate(
     try:
         expectations = gx_suite(suite, name, key)
         definition = _definition(engine, expectations)
+        from great_expectations.core.run_identifier import RunIdentifier
+
         result = definition.run(
+            run_id=RunIdentifier(run_name=batch),  # the run's name in the Data Docs
             batch_parameters={"dataframe": data},
             expectation_parameters={
                 k: _for_engine(v, engine) for k, v in (parameters or {}).items()
