@@ -5,7 +5,7 @@ log, the control or DDL log, or the quarantine (the reconciliation check passes)
 quarantine row has a reason, and random bytes and truncated messages are quarantined.
 Each example is one Spark run (10-25 s on a busy machine), so by default one ``auto`` run mixes
 mutated messages of every format (each reaches its own parser when detection still claims it),
-twice. ``QUALITY_FUZZ_EXAMPLES`` sets the examples per run, ``QUALITY_FUZZ_FORMATS`` the runs:
+once. ``QUALITY_FUZZ_EXAMPLES`` sets the examples per run, ``QUALITY_FUZZ_FORMATS`` the runs:
 ``all`` (auto and each format forced, which reaches a parser even with what detection would
 refuse) or a comma-separated list.
 """
@@ -30,7 +30,7 @@ from tests.quality.corpus import messages
 pytestmark = pytest.mark.spark
 DATE = "2026-03-01"
 POOL = messages()
-EXAMPLES = int(os.environ.get("QUALITY_FUZZ_EXAMPLES", "2"))
+EXAMPLES = int(os.environ.get("QUALITY_FUZZ_EXAMPLES", "1"))
 _FORMATS = os.environ.get("QUALITY_FUZZ_FORMATS", "auto")
 FORMATS = ["auto", *POOL] if _FORMATS == "all" else _FORMATS.split(",")
 
