@@ -232,7 +232,10 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         config: RebuildConfig, spark: LazyPySparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         session = spark_session(spark)
-        before = quality.rows_before(lake.warehouse_path, source, table)
+        # A full refresh replaces the table: its row balance starts from nothing.
+        before = (
+            0 if config.full_refresh else quality.rows_before(lake.warehouse_path, source, table)
+        )
         merged = pipeline.merge_current(
             session,
             lake.warehouse_path,
