@@ -73,7 +73,9 @@ def current_check_specs(source: SourceConfig, table: TableConfig) -> list[dg.Ass
     ]
 
 
-def _result(key: dg.AssetKey, rule: RuleResult, run: SuiteRun, report: Path | None):
+def _result(
+    key: dg.AssetKey, rule: RuleResult, run: SuiteRun, report: Path | None
+) -> dg.AssetCheckResult:
     metadata: dict[str, dg.RawMetadataValue] = {
         "unexpected_count": rule.unexpected,
         "checked_rows": rule.checked,
@@ -129,7 +131,12 @@ def changelog_check_results(
     yield from _results(runs, report, source, tables)
 
 
-def _results(runs, report, source, tables):
+def _results(
+    runs: list[tuple[dg.AssetKey, SuiteRun | None, str]],
+    report: Path | None,
+    source: SourceConfig,
+    tables: list[TableConfig],
+) -> Iterator[dg.AssetCheckResult]:
     by_name = {t.name: t for t in tables}
     for key, run, layer in runs:
         if run is not None:

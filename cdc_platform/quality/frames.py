@@ -4,6 +4,7 @@ Each is narrow: what the rules look at, plus the columns that identify a failing
 columns, sequence, raw coordinates), so validating costs little next to the write it checks.
 """
 
+from collections.abc import Iterator
 from functools import reduce
 from pathlib import Path
 
@@ -59,7 +60,9 @@ def coordinate_key() -> Column:
     )
 
 
-def _outputs(spark: SparkSession, warehouse: Path, source: str, dates: list[str] | None):
+def _outputs(
+    spark: SparkSession, warehouse: Path, source: str, dates: list[str] | None
+) -> Iterator[tuple[str, DataFrame]]:
     """(outcome, frame of coordinate keys) for every table a raw message can end up in."""
     layers = [
         ("change", lake.tables_under(warehouse, lake.CHANGELOG, source)),

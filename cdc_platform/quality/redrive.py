@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_platform import pipeline
@@ -115,7 +115,7 @@ def redrive(
         StorageLevel.MEMORY_AND_DISK
     )
     try:
-        still_bad = _write_outputs(spark, warehouse, source, parsed, result)
+        still_bad = _write_outputs(warehouse, source, parsed, result)
     finally:
         parsed.unpersist()
     # Last: the selected rows leave the quarantine, the ones that still fail come back.
@@ -143,7 +143,9 @@ def _key(row: dict) -> str:
     return "\x1f".join("\x00" if row[c] is None else str(row[c]) for c in COORDINATES)
 
 
-def _write_outputs(spark, warehouse, source, parsed, result: RedriveResult) -> pa.Table:
+def _write_outputs(
+    warehouse: Path, source: SourceConfig, parsed: DataFrame, result: RedriveResult
+) -> pa.Table:
     """The steps of ``pipeline.normalize_source`` on the redriven messages, writing change,
     DDL and control records by sequence; returns the quarantine rows of what still fails."""
     changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
