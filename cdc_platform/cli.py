@@ -174,13 +174,21 @@ def _models(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
+    from confluent_kafka import KafkaException
+
     from cdc_platform import demo
 
     catalog = _catalog(args.sources)
     landing_root = catalog.landing_path
     brokers = sorted({s.kafka.bootstrap_servers for s in catalog.sources if s.kafka})
     for bootstrap in brokers:
-        demo.create_topics(bootstrap)
+        try:
+            demo.create_topics(bootstrap)
+        except KafkaException:
+            raise UserError(
+                f"no Kafka broker answers on {bootstrap} (the catalog's Kafka sources read from "
+                "it); start the embedded one with `cdc-platform broker`"
+            ) from None
     batch = len(list(landing_root.glob("shop/dt=*/*.kafka.jsonl")))
 
     def one_batch() -> None:

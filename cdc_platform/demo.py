@@ -184,7 +184,7 @@ def maxwell_messages(batch: int, now_ms: int, rng: random.Random) -> list[dict]:
     return out
 
 
-def create_topics(bootstrap: str, timeout: float = 30.0) -> None:
+def create_topics(bootstrap: str, timeout: float = 10.0) -> None:
     """The crm topics (once the broker answers; an existing topic is fine)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     deadline = time.monotonic() + timeout

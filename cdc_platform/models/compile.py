@@ -70,9 +70,8 @@ def _where(model: Model, error: Exception) -> str:
 def check_sql(spark: SparkSession, model: Model, sql: str) -> None:
     """Parse ``sql`` with Spark's parser (nothing runs); ModelError with the model file's line
     if it does not parse, or if it is not a query."""
-    parser = spark._jsparkSession.sessionState().sqlParser()  # noqa: SLF001 - parse only
     try:
-        parser.parsePlan(sql)
+        _parse(spark, sql)
     except ParseException as e:
         message = str(e).strip().splitlines()[0]
         m = _LINE.search(message)
@@ -85,6 +84,22 @@ def check_sql(spark: SparkSession, model: Model, sql: str) -> None:
         raise ModelError(
             f"{display_path(model.path)}: a model is one query (SELECT, WITH, ...), not a command"
         )
+
+
+def _parse(spark: SparkSession, sql: str) -> None:
+    """Spark's parser on ``sql`` (ParseException if it does not parse). A local session parses
+    without running anything; a Spark Connect session has no JVM handle here, so the server
+    analyses the query, and an analysis error (names bound only at build time) means it parsed."""
+    jvm = getattr(spark, "_jsparkSession", None)
+    if jvm is not None:
+        jvm.sessionState().sqlParser().parsePlan(sql)  # noqa: SLF001 - parse only
+        return
+    try:
+        spark.sql(sql)
+    except ParseException:
+        raise
+    except AnalysisException:
+        pass
 
 
 def template_line(model: Model, sql: str, line: int) -> int:
