@@ -82,6 +82,12 @@ class MergeResult:
     changelog_version: int | None
     truncated: int = 0
     tombstones_purged: int = 0
+    # The live-row balance of this merge: rows == live_before - truncated_live + made_live -
+    # made_dead (keys the batch made live that were not, and deleted that were live).
+    live_before: int = 0
+    truncated_live: int = 0
+    made_live: int = 0
+    made_dead: int = 0
 
 
 def ingest_files(
@@ -336,8 +342,15 @@ def merge_current(
     truncate = apply.latest_truncate(batch)
     truncated_before = max(filter(None, [state.get("truncated_before"), truncate]), default=None)
     new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
-    truncated = 0
-    if truncate and truncate == truncated_before and lake.exists(cur_uri) and not full_refresh:
+    merging = lake.exists(cur_uri) and not full_refresh
+    live_before = _live_counts(spark, cur_uri)[0] if merging else 0
+    truncated = truncated_live = 0
+    if truncate and truncate == truncated_before and merging:
+        truncated_live = (
+            lake.read(spark, cur_uri)
+            .where((F.col(C.SEQUENCE_COL) < truncate) & ~F.col(C.DELETED_COL))
+            .count()
+        )
         # The merge below is what advances changelog_version: a crash here just reruns both.
         truncated = lake.delete_where(
             cur_uri,
@@ -345,11 +358,16 @@ def merge_current(
             {**state, "truncated_before": truncated_before},
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
-    if not full_refresh and lake.exists(cur_uri):
+    if merging:
         newest = _recompute_partial_keys(
             spark, cl_uri, cur_uri, newest, key, truncated_before, options
         )
-    rows = newest.toArrow()
+    newest = newest.persist()
+    try:
+        rows = newest.toArrow()
+        made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
+    finally:
+        newest.unpersist()
     if full_refresh:
         lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state, key=key)
         metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
@@ -378,7 +396,43 @@ def merge_current(
         cl_version,
         truncated,
         purged,
+        live_before,
+        truncated_live,
+        made_live,
+        made_dead,
     )
+
+
+def _live_effect(
+    spark: SparkSession, cur_uri: str, newest: DataFrame, key: list[str], merging: bool
+) -> tuple[int, int]:
+    """(keys the batch makes live that were not, keys it deletes that were live), computed apart
+    from the MERGE by the same rule (a newer sequence or a rebuilt key wins), so the quality
+    check comparing the balance with the table tests the merge."""
+    deleted = F.col(C.DELETED_COL)
+    if not merging:  # a new or rebuilt table: every live newest row is one more
+        return newest.where(~deleted).count(), 0
+    before = lake.read(spark, cur_uri).select(
+        *key,
+        F.col(C.SEQUENCE_COL).alias("__was_seq"),
+        (~F.col(C.DELETED_COL)).alias("__was_live"),
+    )
+    rebuilt = F.col(lake.REBUILT) if lake.REBUILT in newest.columns else F.lit(False)
+    joined = newest.select(*key, C.SEQUENCE_COL, C.DELETED_COL, rebuilt.alias("__rebuilt")).join(
+        before, key, "left"
+    )
+    was = F.coalesce(F.col("__was_live"), F.lit(False))
+    applies = (
+        F.col("__was_seq").isNull()
+        | (F.col(C.SEQUENCE_COL) > F.col("__was_seq"))
+        | F.col("__rebuilt")
+    )
+    now = F.when(applies, ~deleted).otherwise(was)
+    row = joined.agg(
+        F.count(F.when(now & ~was, 1)).alias("made_live"),
+        F.count(F.when(~now & was, 1)).alias("made_dead"),
+    ).first()
+    return int(row["made_live"]), int(row["made_dead"])
 
 
 def replay(

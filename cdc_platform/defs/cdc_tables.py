@@ -232,10 +232,6 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         config: RebuildConfig, spark: LazyPySparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         session = spark_session(spark)
-        # A full refresh replaces the table: its row balance starts from nothing.
-        before = (
-            0 if config.full_refresh else quality.rows_before(lake.warehouse_path, source, table)
-        )
         merged = pipeline.merge_current(
             session,
             lake.warehouse_path,
@@ -253,6 +249,8 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 "tombstones": merged.deleted_rows,
                 "merged_inserted": merged.inserted,
                 "merged_updated": merged.updated,
+                "made_live": merged.made_live,
+                "made_deleted": merged.made_dead,
                 "truncated_rows": merged.truncated,
                 "tombstones_purged": merged.tombstones_purged,
                 "changelog_version": merged.changelog_version,
@@ -261,7 +259,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 **({"preview": preview(rows, key)} if rows is not None else {}),
             },
             check_results=quality.current_check_results(
-                session, lake.warehouse_path, source, table, before, merged
+                session, lake.warehouse_path, source, table, merged
             ),
         )
 

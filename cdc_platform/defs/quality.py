@@ -154,24 +154,20 @@ def _results(
             )
 
 
-def rows_before(warehouse: Path, source: SourceConfig, table: TableConfig) -> int:
-    """Call before the merge: the current table's rows, for the row balance."""
-    return validations.rows_before(warehouse, source.name, table.name)
-
-
 def current_check_results(
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
     table: TableConfig,
-    before: int,
     merged: MergeResult,
 ) -> list[dg.AssetCheckResult]:
     """Validate the current table after a merge (its suite and the merge's row balance)."""
     balance = {
-        "rows_before": before,
-        "inserted": merged.inserted,
-        "removed": merged.truncated + merged.tombstones_purged,
+        "live_before": merged.live_before,
+        "made_live": merged.made_live,
+        "made_dead": merged.made_dead,
+        "truncated_live": merged.truncated_live,
+        "live_after": merged.rows,
     }
     runs = validations.validate_current(spark, warehouse, source, table.name, balance)
     key = _key(delta.CURRENT, source.name, table.name)

@@ -85,12 +85,6 @@ def validate_reconciliation(
     )
 
 
-def rows_before(warehouse: Path, source: str, table: str) -> int:
-    """The current table's rows (tombstones included) from Delta statistics: read no data.
-    Taken before a merge, for the row balance."""
-    return lake.row_count(lake.table_uri(warehouse, lake.CURRENT, source, table))
-
-
 def validate_current(
     spark: SparkSession,
     warehouse: Path,
@@ -98,8 +92,8 @@ def validate_current(
     table: str,
     merge: dict[str, int] | None = None,
 ) -> list[SuiteRun]:
-    """The current-table suite, and with ``merge`` (rows_before, inserted, removed) the row
-    balance of that merge."""
+    """The current-table suite, and with ``merge`` (live_before, truncated_live, made_live,
+    made_dead, live_after: ``pipeline.MergeResult``) the live-row balance of that merge."""
     quality = quality_of(source, source.table_config(table))
     key = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source.name, table)).get("key")
     frame = frames.current_frame(spark, warehouse, source.name, table, key) if key else None
@@ -117,9 +111,10 @@ def validate_current(
         )
     ]
     if merge is not None:
-        after = lake.row_count(lake.table_uri(warehouse, lake.CURRENT, source.name, table))
-        row = {**merge, "rows_after": after}
-        row["expected_rows"] = row["rows_before"] + row["inserted"] - row["removed"]
+        row = dict(merge)
+        row["expected_live"] = (
+            row["live_before"] - row["truncated_live"] + row["made_live"] - row["made_dead"]
+        )
         runs.append(
             validate(
                 pd.DataFrame([row]),

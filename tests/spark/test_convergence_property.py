@@ -282,7 +282,8 @@ def _reprocess(spark, files: list[list[Record]], order: list[int], check_history
                 expected = _model_history(seen)
                 assert _lake_history(spark, warehouse) == expected, _explain(files, order, step)
             else:
-                pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE)
+                merged = pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE)
+                _assert_live_balance(merged)
                 expected = current_state(seen)
                 assert _lake_rows(spark, warehouse) == expected, _explain(files, order, step)
         if check_history:
@@ -291,8 +292,15 @@ def _reprocess(spark, files: list[list[Record]], order: list[int], check_history
             )
             assert _lake_history(spark, warehouse) == expected, "full refresh differs"
         else:
-            pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE, full_refresh=True)
+            merged = pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE, full_refresh=True)
+            _assert_live_balance(merged)
             assert _lake_rows(spark, warehouse) == expected, "full refresh differs"
+
+
+def _assert_live_balance(merged: pipeline.MergeResult) -> None:
+    """The quality check's row balance, computed apart from the MERGE, holds on every merge."""
+    live = merged.live_before - merged.truncated_live + merged.made_live - merged.made_dead
+    assert merged.rows == live, merged
 
 
 def _row_of(key: int, name: str, qty: int, note: str) -> dict:
