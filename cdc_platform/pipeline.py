@@ -181,6 +181,52 @@ def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
     ]
 
 
+@dataclass
+class SplitChanges:
+    """Parsed messages sorted out: each keyed table's typed change records, and the quarantine
+    rows (errors, unkeyed tables, values that do not fit their type)."""
+
+    tables: list[tuple[normalize.TablePlan, pa.Table]]
+    quarantine: list[pa.Table]
+
+
+def split_parsed(
+    warehouse: Path,
+    source: SourceConfig,
+    parsed: DataFrame,
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+) -> SplitChanges:
+    """Plan, key and type the change records of ``parsed`` per table (keys and types already in
+    the warehouse's change logs are kept); everything that fails goes to the quarantine rows."""
+    changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
+    known = {
+        st["qualified"]: (st["key"], lake.image_types(uri))
+        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
+        if "key" in (st := lake.state(uri))
+    }
+    plans = normalize.plan_tables(changes, source, key_override, types_override, known)
+    split = SplitChanges(
+        [], [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR)).toArrow()]
+    )
+    for plan in plans.values():
+        if plan.problem:
+            # No key: nothing of it can be applied; its rows wait in quarantine.
+            split.quarantine.append(normalize.rejected_table(changes, plan).toArrow())
+            continue
+        # One pass types the table's changes; the rows with a reason are its rejects.
+        typed = normalize.type_changes(changes, plan).toArrow()
+        good = pc.is_null(typed["reason"])
+        bad = typed.filter(pc.invert(good)).drop_columns(["key"])
+        bad = bad.rename_columns(["key" if c == "raw_key" else c for c in bad.column_names])
+        split.quarantine.append(bad.select(list(normalize.QUARANTINE_COLUMNS)))
+        data = typed.filter(good).drop_columns(
+            ["reason", "timestamp", "qualified_table", "raw_key", "value"]
+        )
+        split.tables.append((plan, data))
+    return split
+
+
 def _normalize(
     spark: SparkSession,
     warehouse: Path,
@@ -206,29 +252,9 @@ def _normalize(
         result.messages = sum(kinds.values())
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
-        changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-        known = {
-            st["qualified"]: (st["key"], lake.image_types(uri))
-            for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
-            if "key" in (st := lake.state(uri))
-        }
-        plans = normalize.plan_tables(changes, source, key_override, types_override, known)
-        errors = normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))
-        quarantine = [errors.toArrow()]
-        for plan in plans.values():
-            if plan.problem:
-                # No key: nothing of it can be applied; its rows wait in quarantine.
-                quarantine.append(normalize.rejected_table(changes, plan).toArrow())
-                continue
-            # One pass types the table's changes; the rows with a reason are its rejects.
-            typed = normalize.type_changes(changes, plan).toArrow()
-            good = pc.is_null(typed["reason"])
-            bad = typed.filter(pc.invert(good)).drop_columns(["key"])
-            bad = bad.rename_columns(["key" if c == "raw_key" else c for c in bad.column_names])
-            quarantine.append(bad.select(list(normalize.QUARANTINE_COLUMNS)))
-            data = typed.filter(good).drop_columns(
-                ["reason", "timestamp", "qualified_table", "raw_key", "value"]
-            )
+        split = split_parsed(warehouse, source, parsed, key_override, types_override)
+        quarantine = split.quarantine
+        for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})
             version = write(uri, data, {lake.STATE_KEY: state})
@@ -336,7 +362,8 @@ def merge_current(
     state = {} if full_refresh else lake.state(cur_uri)
     applied = state.get("changelog_version")
     if applied == cl_version and lake.exists(cur_uri):
-        return MergeResult(0, 0, *_live_counts(spark, cur_uri), lake.version(cur_uri), cl_version)
+        live, deleted = _live_counts(spark, cur_uri)
+        return MergeResult(0, 0, live, deleted, lake.version(cur_uri), cl_version, live_before=live)
     new_files = lake.files_added_since(cl_uri, applied) if applied is not None else None
     batch = lake.read(spark, cl_uri, only_files=new_files)
     truncate = apply.latest_truncate(batch)

@@ -25,7 +25,6 @@ from pyspark.sql import functions as F
 
 from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.formats import canonical as C
 from cdc_platform.lake import delta as lake
 from cdc_platform.quality.frames import COORDINATES, coordinate_key
 from cdc_platform.spark import normalize
@@ -146,30 +145,11 @@ def _key(row: dict) -> str:
 def _write_outputs(
     warehouse: Path, source: SourceConfig, parsed: DataFrame, result: RedriveResult
 ) -> pa.Table:
-    """The steps of ``pipeline.normalize_source`` on the redriven messages, writing change,
-    DDL and control records by sequence; returns the quarantine rows of what still fails."""
-    changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-    known = {
-        st["qualified"]: (st["key"], lake.image_types(uri))
-        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
-        if "key" in (st := lake.state(uri))
-    }
-    plans = normalize.plan_tables(changes, source, None, None, known)
-    bad = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR)).toArrow()]
-    for plan in plans.values():
-        if plan.problem:
-            bad.append(normalize.rejected_table(changes, plan).toArrow())
-            continue
-        typed = normalize.type_changes(changes, plan).toArrow()
-        good = pc.is_null(typed["reason"])
-        rejected = typed.filter(pc.invert(good)).drop_columns(["key"])
-        rejected = rejected.rename_columns(
-            ["key" if c == "raw_key" else c for c in rejected.column_names]
-        )
-        bad.append(rejected.select(list(normalize.QUARANTINE_COLUMNS)))
-        data = typed.filter(good).drop_columns(
-            ["reason", "timestamp", "qualified_table", "raw_key", "value"]
-        )
+    """``pipeline.split_parsed`` on the redriven messages, writing change, DDL and control
+    records by sequence; returns the quarantine rows of what still fails."""
+    split = pipeline.split_parsed(warehouse, source, parsed)
+    bad = split.quarantine
+    for plan, data in split.tables:
         uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
         state = {lake.STATE_KEY: json.dumps({"key": plan.key, "qualified": plan.qualified})}
         _replace_by_sequence(uri, data, state)

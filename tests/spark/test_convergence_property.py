@@ -295,6 +295,8 @@ def _reprocess(spark, files: list[list[Record]], order: list[int], check_history
             merged = pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE, full_refresh=True)
             _assert_live_balance(merged)
             assert _lake_rows(spark, warehouse) == expected, "full refresh differs"
+            # Nothing new: the merge changes nothing and its balance still holds.
+            _assert_live_balance(pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE))
 
 
 def _assert_live_balance(merged: pipeline.MergeResult) -> None:
