@@ -156,6 +156,8 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 metadata={
                     "dagster/partition_row_count": sum(ops.values()),
                     "rows_by_op": dg.MetadataValue.json(ops),
+                    # The run's messages of the whole source that went to quarantine instead.
+                    "quarantined": result.quarantined,
                     **_event_time(written.max_event_time if written else None),
                     **freshness.changelog(lake.warehouse_path, source.name, table.name).metadata(),
                     **delta_metadata(uri),

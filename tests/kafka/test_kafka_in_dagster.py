@@ -160,9 +160,15 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
         assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
         materialized = result.asset_materializations_for_node("k__changelog")
         changelog = next(m for m in materialized if m.asset_key.path[0] == "changelog")
-        assert {"rows_by_op", "delta_version", "dagster/column_schema", "preview"} <= set(
-            changelog.metadata
-        )
+        assert {
+            "rows_by_op",
+            "quarantined",
+            "delta_version",
+            "dagster/column_schema",
+            "preview",
+            "lag_seconds",
+            "max_event_time",
+        } <= set(changelog.metadata)
 
 
 def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected):
