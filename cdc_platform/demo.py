@@ -120,14 +120,21 @@ def lindorm_messages(batch: int, start_ms: int) -> list[dict]:
 
 
 def write_demo_traffic(landing: Path, batch: int = 0, date: str | None = None) -> list[Path]:
-    """Write one batch of demo traffic into the landing folders of sources shop and lindorm."""
+    """Write one batch of demo traffic into the landing folders of sources shop and lindorm.
+    With ``date``, event times are hours into that day (repeatable); without, live traffic of
+    today whose event times are a minute ago, so the freshness checks see a live source."""
     day = date or dt.datetime.now(dt.UTC).date().isoformat()
     start_ms = int(dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC).timestamp() * 1000)
+    lindorm_ms = start_ms
+    if date is None:
+        now_ms = int(time.time() * 1000) - 60_000
+        start_ms = now_ms - batch * 3_600_000  # debezium_records adds batch hours back
+        lindorm_ms = now_ms - batch * 5
     rng = random.Random(batch)
     written = []
     for source, name, lines in (
         ("shop", f"{batch:05d}.kafka.jsonl", debezium_records(batch, start_ms, rng)),
-        ("lindorm", f"{batch:05d}.jsonl", lindorm_messages(batch, start_ms)),
+        ("lindorm", f"{batch:05d}.jsonl", lindorm_messages(batch, lindorm_ms)),
     ):
         folder = landing / source / f"dt={day}"
         folder.mkdir(parents=True, exist_ok=True)
