@@ -143,12 +143,11 @@ def _redrive(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from cdc_platform.catalog import default_catalog_path, load_catalog
     from cdc_platform.models import commands
     from cdc_platform.models.project import ModelError
     from cdc_platform.spark.session import get_spark
 
-    catalog = load_catalog(args.sources or default_catalog_path())
+    catalog = _catalog(args.sources)
     warehouse = (args.warehouse or catalog.warehouse_path).resolve()
     _check_warehouse(warehouse, must_exist=args.models_command != "compile")
     names = [n.strip() for item in args.select for n in item.split(",") if n.strip()]

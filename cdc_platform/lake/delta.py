@@ -233,10 +233,10 @@ def append_normalized(
 def files_between(uri: str, after: int | None, upto: int) -> list[str]:
     """Files of version ``upto`` that version ``after`` did not have (all when ``after`` is
     None). Raw is append-only for Kafka sources, so these are the batches in between."""
-    files_upto = DeltaTable(uri, version=upto).file_uris()
+    files_upto = files(uri, upto)
     if after is None:
         return files_upto
-    before = set(DeltaTable(uri, version=after).file_uris())
+    before = set(files(uri, after))
     return [f for f in files_upto if f not in before]
 
 
@@ -334,10 +334,9 @@ def files_added_since(uri: str, since_version: int) -> list[str] | None:
     """Files in the snapshot that were not in version ``since_version`` (None: that version is
     gone, e.g. vacuumed; the caller then reads everything)."""
     try:
-        before = set(DeltaTable(uri, version=since_version).file_uris())
+        return files_between(uri, since_version, version(uri))
     except Exception:  # delta-rs raises its own error types for a missing version
         return None
-    return [f for f in DeltaTable(uri).file_uris() if f not in before]
 
 
 def _quote(name: str) -> str:
