@@ -1,10 +1,18 @@
 """The pipeline steps, shared by the Dagster assets and the command line.
 
-raw (messages as received) -> changelog (canonical typed change records per table, + quarantine)
--> current (one row per key). Each step is idempotent: raw and changelog replace whole
-``ingest_date`` partitions, and current merges by sequence, so any step can be rerun.
+raw (messages as received) -> changelog (canonical typed change records per table, plus the DDL
+and control logs and the quarantine) -> current (one row per key) and history (SCD type 2).
+Every step can be rerun. Raw of a files source replaces whole ``ingest_date`` partitions (or the
+rows of the files read again); raw of a Kafka source only appends, each batch once
+(``ingest.kafka``). The change log appends incremental batches (``normalize_new``: the raw
+batches of a Kafka source not normalized yet; each commit records the raw version it reflects,
+so a rerun after a crash skips what is done) or replaces the ``ingest_date`` partitions of the
+run's dates (``normalize_source``: files sources, and backfills of any source). Current and
+history merge by sequence; a merge after a replaced partition rebuilds the keys whose change
+records went away, so backfills leave the same tables as a rebuild.
 """
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,12 +29,12 @@ from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
-from cdc_platform.spark import apply, normalize
+from cdc_platform.spark import apply, history, normalize
 
 PREVIEW_ROWS = 10
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TableChanges:
     """What normalization wrote for one table."""
 
@@ -36,7 +44,6 @@ class TableChanges:
     ops: dict[str, int]
     version: int | None
     max_event_time: datetime | None = None
-    declared: bool = True
     sample: pa.Table | None = None  # the first rows written, for previews
 
 
@@ -72,12 +79,12 @@ class NormalizeResult:
         self.max_control_time = max(times, default=None)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MergeResult:
-    inserted: int
-    updated: int
-    rows: int
-    deleted_rows: int
+    inserted: int = 0
+    updated: int = 0
+    rows: int = 0
+    deleted_rows: int = 0
     version: int | None
     changelog_version: int | None
     truncated: int = 0
@@ -260,15 +267,28 @@ def _normalize(
             version = write(uri, data, {lake.STATE_KEY: state})
             ops = data.group_by("op").aggregate([("op", "count")]).to_pylist()
             result.tables[plan.name] = TableChanges(
-                plan.name,
-                plan.qualified,
-                plan.key,
-                {r["op"]: r["op_count"] for r in ops},
-                version,
-                pc.max(data["event_time"]).as_py(),
-                plan.declared,
-                data.slice(0, PREVIEW_ROWS),
+                name=plan.name,
+                qualified=plan.qualified,
+                key=plan.key,
+                ops={r["op"]: r["op_count"] for r in ops},
+                version=version,
+                max_event_time=pc.max(data["event_time"]).as_py(),
+                sample=data.slice(0, PREVIEW_ROWS),
             )
+        if dates is not None:
+            # A table the reprocessed dates no longer hold keeps no stale rows for them.
+            written = {plan.name for plan, _ in split.tables}
+            for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
+                if (name := Path(uri).name) not in written:
+                    st = lake.state(uri)
+                    version = write(uri, lake.arrow_schema(uri).empty_table())
+                    result.tables[name] = TableChanges(
+                        name=name,
+                        qualified=st.get("qualified", name),
+                        key=st["key"],
+                        ops={},
+                        version=version,
+                    )
         result.ddl_by_table = _write_ddl_log(warehouse, source, parsed, write, dates is None)
         control = normalize.control_records(parsed).toArrow()
         write(lake.table_uri(warehouse, lake.CONTROL, source.name), control)
@@ -284,33 +304,60 @@ def _normalize(
     return result
 
 
-def _recompute_partial_keys(
+# A key nothing is left of: a tombstone-like row (non-null flags, as the table has them) that
+# the MERGE deletes.
+_GONE = {C.DELETED_COL: True, C.PARTIAL_NEWEST_COL: False}
+
+
+def _rebuild_keys(
     spark: SparkSession,
     cl_uri: str,
     cur_uri: str,
     newest: DataFrame,
+    removed: DataFrame | None,
     key: list[str],
     truncated_before: str | None,
     options: TableConfig,
 ) -> DataFrame:
-    """Keys whose current row came from a partial image (TOAST, SharePlex, ignored nulls) take
-    some values from older changes, so a late older change can still fill them: rebuild those
-    keys from the whole change log, flagged to replace the row whatever its sequence."""
+    """Replace some of the batch's rows by their keys rebuilt from the whole change log, flagged
+    (``REBUILT``) to replace the current row whatever its sequence:
+
+    - keys whose current row came from a partial image (TOAST, SharePlex, ignored nulls) take
+      some values from older changes, so a late older change can still fill them;
+    - keys of change records a reprocessed partition no longer holds (``removed``): their effect
+      must go. A key with no change left is deleted from the table (``DROP``)."""
     current = lake.read(spark, cur_uri)
-    if C.PARTIAL_NEWEST_COL not in current.columns:
+    wanted = []
+    if C.PARTIAL_NEWEST_COL in current.columns:
+        fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
+        wanted.append(newest.select(*key).join(fragile, key, "left_semi"))
+    if removed is not None:
+        wanted.append(history.touched_keys(removed, key).select("key.*"))
+    if not wanted:
         return newest
-    fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
-    touched = newest.select(*key).join(fragile, key, "left_semi").persist()
+    touched = functools.reduce(DataFrame.unionByName, wanted).distinct().persist()
     try:
         if touched.isEmpty():
             return newest
-        history = apply.touching(lake.read(spark, cl_uri), touched, key)
-        rebuilt = apply.latest_per_key(
-            history, key, truncated_before, options.ignore_null_updates
+        changes = apply.touching(lake.read(spark, cl_uri), touched, key)
+        rebuilt = apply.without_working_columns(
+            apply.latest_per_key(changes, key, truncated_before, options.ignore_null_updates)
         ).join(touched, key, "left_semi")
+        # Keys nothing is left of: a full rebuild would not have them either.
+        gone = touched.join(rebuilt.select(*key), key, "left_anti").select(
+            *[
+                F.col(f.name)
+                if f.name in key
+                else F.lit(_GONE.get(f.name)).cast(f.dataType).alias(f.name)
+                for f in rebuilt.schema.fields
+            ]
+        )
         untouched = newest.join(touched, key, "left_anti")
-        replaced = rebuilt.withColumn(lake.REBUILT, F.lit(True))
-        return untouched.withColumn(lake.REBUILT, F.lit(False)).unionByName(replaced)
+        return (
+            untouched.withColumns({lake.REBUILT: F.lit(False), lake.DROP: F.lit(False)})
+            .unionByName(rebuilt.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(False)}))
+            .unionByName(gone.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(True)}))
+        )
     finally:
         touched.unpersist()
 
@@ -357,15 +404,32 @@ def merge_current(
     cur_uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
     cl_version = lake.version(cl_uri)
     if cl_version is None:
-        return MergeResult(0, 0, 0, 0, lake.version(cur_uri), None)
+        return MergeResult(version=lake.version(cur_uri), changelog_version=None)
     key = lake.state(cl_uri)["key"]
     state = {} if full_refresh else lake.state(cur_uri)
     applied = state.get("changelog_version")
     if applied == cl_version and lake.exists(cur_uri):
         live, deleted = _live_counts(spark, cur_uri)
-        return MergeResult(0, 0, live, deleted, lake.version(cur_uri), cl_version, live_before=live)
-    new_files = lake.files_added_since(cl_uri, applied) if applied is not None else None
+        return MergeResult(
+            rows=live,
+            deleted_rows=deleted,
+            version=lake.version(cur_uri),
+            changelog_version=cl_version,
+            live_before=live,
+        )
+    new_files = removed_files = None
+    if applied is not None:
+        new_files = lake.files_added_since(cl_uri, applied)
+        removed_files = lake.files_removed_since(cl_uri, applied)
     batch = lake.read(spark, cl_uri, only_files=new_files)
+    removed = lake.read(spark, cl_uri, only_files=removed_files) if removed_files else None
+    if applied is not None and (
+        new_files is None or removed_files is None or _truncates_gone(removed, batch)
+    ):
+        # What was applied can no longer be told apart (vacuumed versions), or a reprocessed
+        # partition took a truncate away: only a rebuild from the whole change log is exact.
+        full_refresh, state, applied, removed = True, {}, None, None
+        batch = lake.read(spark, cl_uri)
     truncate = apply.latest_truncate(batch)
     truncated_before = max(filter(None, [state.get("truncated_before"), truncate]), default=None)
     new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
@@ -386,9 +450,12 @@ def merge_current(
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
     if merging:
-        newest = _recompute_partial_keys(
-            spark, cl_uri, cur_uri, newest, key, truncated_before, options
+        newest = apply.relative_to(newest, lake.read(spark, cur_uri), key)
+        newest = _rebuild_keys(
+            spark, cl_uri, cur_uri, newest, removed, key, truncated_before, options
         )
+    else:
+        newest = apply.without_working_columns(newest)
     newest = newest.persist()
     try:
         rows = newest.toArrow()
@@ -415,19 +482,30 @@ def merge_current(
         )
     live, deleted = _live_counts(spark, cur_uri)
     return MergeResult(
-        int(metrics.get("num_target_rows_inserted", 0)),
-        int(metrics.get("num_target_rows_updated", 0)),
-        live,
-        deleted,
-        lake.version(cur_uri),
-        cl_version,
-        truncated,
-        purged,
-        live_before,
-        truncated_live,
-        made_live,
-        made_dead,
+        inserted=int(metrics.get("num_target_rows_inserted", 0)),
+        updated=int(metrics.get("num_target_rows_updated", 0)),
+        rows=live,
+        deleted_rows=deleted,
+        version=lake.version(cur_uri),
+        changelog_version=cl_version,
+        truncated=truncated,
+        tombstones_purged=purged,
+        live_before=live_before,
+        truncated_live=truncated_live,
+        made_live=made_live,
+        made_dead=made_dead,
     )
+
+
+def _truncates_gone(removed: DataFrame | None, added: DataFrame) -> bool:
+    """Whether change-log files removed since the last merge held a truncate the files added
+    since do not hold again."""
+    if removed is None:
+        return False
+    sequences = removed.where(F.col("op") == C.TRUNCATE).select("sequence")
+    return not sequences.subtract(
+        added.where(F.col("op") == C.TRUNCATE).select("sequence")
+    ).isEmpty()
 
 
 def _live_effect(

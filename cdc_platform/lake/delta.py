@@ -32,8 +32,10 @@ PARTITION_COLUMN = "ingest_date"
 # Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
 # unknown table properties), so state and data change in one atomic commit.
 STATE_KEY = "cdc.state"
-# A merge source column: true rows replace the target row whatever the sequences.
+# Merge source columns: true rows replace the target row whatever the sequences (REBUILT), or
+# delete it (DROP: nothing of the key is left in the change log).
 REBUILT = "__rebuilt"
+DROP = "__drop"
 # Several row groups per file: Spark splits a Parquet file into tasks by row group. Snappy: half
 # the bytes of uncompressed Parquet (delta-rs's default once writer properties are given) for
 # about the same CPU; ZSTD gives a third of the bytes but costs a full rewrite 30% more CPU.
@@ -162,7 +164,8 @@ def overwrite_partitions(
     raw_version: int | None = None,
 ) -> int:
     """Replace the ``ingest_date`` partitions ``dates`` with ``data``: reruns are idempotent.
-    ``raw_version``: the raw table version the data was derived from (see ``write_normalized``)."""
+    ``raw_version``: the raw table version the data was derived from, recorded in the same
+    commit as the ``cdc.normalize`` transaction (see ``normalized_raw_version``)."""
     props = _props(metadata, raw_version)
     if not exists(uri):
         write_deltalake(
@@ -339,6 +342,21 @@ def files_added_since(uri: str, since_version: int) -> list[str] | None:
         return None
 
 
+def files_removed_since(uri: str, since_version: int) -> list[str] | None:
+    """Files version ``since_version`` had that the snapshot no longer has (a replaced
+    partition's), still on disk so their rows can be read; None when that version or one of
+    those files is gone (vacuumed)."""
+    try:
+        before = files(uri, since_version)
+    except Exception:  # delta-rs raises its own error types for a missing version
+        return None
+    now = set(files(uri))
+    removed = [f for f in before if f not in now]
+    if any("://" not in f and not Path(f).exists() for f in removed):
+        return None
+    return removed
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -351,9 +369,12 @@ def upsert_newer(
     The sequence condition makes the merge idempotent and order-insensitive: replaying a batch,
     or a late, older batch, leaves newer rows untouched. A row whose ``partial`` column lists
     columns updates only those (and the ``__`` bookkeeping); the rest keep their values. A row
-    whose ``REBUILT`` column is true replaces its key's row whatever the sequences.
+    whose ``REBUILT`` column is true replaces its key's row whatever the sequences; one whose
+    ``DROP`` column is true deletes it.
     """
-    extra = [c for c in (partial, REBUILT) if c in data.column_names]
+    if DROP in data.column_names and not exists(uri):
+        data = data.filter(pc.invert(data[DROP]))
+    extra = [c for c in (partial, REBUILT, DROP) if c in data.column_names]
     props = CommitProperties(custom_metadata={STATE_KEY: json.dumps(state)})
     if not exists(uri):
         write_deltalake(
@@ -367,6 +388,7 @@ def upsert_newer(
         )
         return {"num_target_rows_inserted": data.num_rows, "num_target_rows_updated": 0}
     _widen(uri, data.schema)
+    data = _target_nullability(uri, data)
     target = set(arrow_schema(uri).names)
     _keep_layout(uri)
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in key)
@@ -389,16 +411,35 @@ def upsert_newer(
     full = {c: f"s.{_quote(c)}" for c in columns}
     full |= {c: "NULL" for c in target if c not in full and not c.startswith("__")}
     before, merge = _merge(uri, data, on, props)
+    if DROP in data.column_names:
+        dropped = f"s.{_quote(DROP)}"
+        merge = merge.when_matched_delete(predicate=dropped)
+        newer = f"NOT {dropped} AND {newer}"
+    insert = {"predicate": f"NOT {dropped}"} if DROP in data.column_names else {}
     metrics = (
         merge.when_matched_update(full, predicate=f"{newer} AND {p} IS NULL")
         .when_matched_update(
             {c: carried(c) for c in columns}, predicate=f"{newer} AND {p} IS NOT NULL"
         )
-        .when_not_matched_insert_all(except_cols=extra)
+        .when_not_matched_insert_all(except_cols=extra, **insert)
         .execute()
     )
     _record_state_if_no_commit(uri, before, props)
     return metrics
+
+
+def _target_nullability(uri: str, data: pa.Table) -> pa.Table:
+    """``data`` with the target's NOT NULL columns declared non-null where they hold no null:
+    delta-rs 1.6's MERGE with ``merge_schema`` writes null into such a column of the target rows
+    it copies when the source declares the column nullable, then fails its own constraint."""
+    required = {f.name for f in arrow_schema(uri) if not f.nullable}
+    fields = [
+        f.with_nullable(False)
+        if f.name in required and f.nullable and data[f.name].null_count == 0
+        else f
+        for f in data.schema
+    ]
+    return data.cast(pa.schema(fields))
 
 
 def _merge(uri: str, data: pa.Table, on: str, props: CommitProperties):
@@ -492,6 +533,19 @@ def row_count(uri: str) -> int:
     if not exists(uri):
         return 0
     return int(sum(DeltaTable(uri).get_add_actions(flatten=True)["num_records"].to_pylist()))
+
+
+def partition_row_counts(uri: str) -> dict[str, int]:
+    """Rows per ``ingest_date`` partition of the table's snapshot (ISO date -> rows), from the
+    file statistics (reads no data); empty when the table does not exist."""
+    if not exists(uri):
+        return {}
+    actions = DeltaTable(uri).get_add_actions(flatten=True)
+    dates = actions[f"partition.{PARTITION_COLUMN}"].to_pylist()
+    counts: dict[str, int] = {}
+    for date, rows in zip(dates, actions["num_records"].to_pylist(), strict=True):
+        counts[str(date)] = counts.get(str(date), 0) + int(rows)
+    return counts
 
 
 def replace_versions(

@@ -14,6 +14,10 @@ from cdc_platform.formats import canonical as C
 ROW_OPS = (C.INSERT, C.UPDATE, C.DELETE, C.READ)
 # Merge-only column: which columns a row carries when the batch has no full image of it.
 PARTIAL_COL = "__columns"
+# Working columns of ``latest_per_key``, consumed by ``relative_to``: the sequence of the newest
+# event carrying each non-key column, and of the newest full image (or delete) of the key.
+_CARRIED = "__carried_at"
+_FULL = "__full_at"
 
 
 def latest_truncate(changelog: DataFrame) -> str | None:
@@ -69,19 +73,27 @@ def latest_per_key(
         F.col("event_time").alias("__time"),
     ).unionByName(moved)  # fmt: skip
 
-    def newest_carrying(c: str) -> F.Column:
-        # A partial image carries only some columns: each column takes its value from the
-        # newest event that carries it (a full image or a delete carries all of them).
-        carries = F.col("__present").isNull() | F.array_contains("__present", c)
-        return F.max_by(F.col("__image")[c], F.when(carries, F.col("__seq"))).alias(c)
+    def carries(c: str) -> F.Column:
+        # A partial image carries only some columns (a full image or a delete all of them).
+        return F.col("__present").isNull() | F.array_contains("__present", c)
 
-    full_in_batch = F.max(F.when(F.col("__present").isNull(), F.lit(1))).isNotNull()
+    def newest_carrying(c: str) -> F.Column:
+        # Each column takes its value from the newest event that carries it.
+        return F.max_by(F.col("__image")[c], F.when(carries(c), F.col("__seq"))).alias(c)
+
+    def carried_at(c: str) -> F.Column:
+        return F.max(F.when(carries(c), F.col("__seq"))).alias(c)
+
+    full_at = F.max(F.when(F.col("__present").isNull(), F.col("__seq")))
+    values = [c for c in columns if c not in key]
     newest = rows.groupBy("__k").agg(
-        *[newest_carrying(c) for c in columns if c not in key],
+        *[newest_carrying(c) for c in values],
         F.max_by(F.struct("__seq", "__op", "__time", "__present"), "__seq").alias("__n"),
-        F.when(~full_in_batch, F.array_distinct(F.flatten(F.collect_list("__present")))).alias(
+        F.when(full_at.isNull(), F.array_distinct(F.flatten(F.collect_list("__present")))).alias(
             PARTIAL_COL
         ),
+        (F.struct(*map(carried_at, values)) if values else F.lit(None)).alias(_CARRIED),
+        full_at.alias(_FULL),
     )
     return newest.select(
         *[(F.col("__k")[c] if c in key else F.col(c)).alias(c) for c in columns],
@@ -91,7 +103,43 @@ def latest_per_key(
         (F.col("__n.__op") == C.DELETE).alias(C.DELETED_COL),
         F.col("__n.__present").isNotNull().alias(C.PARTIAL_NEWEST_COL),
         PARTIAL_COL,
+        _CARRIED,
+        _FULL,
     )
+
+
+def relative_to(newest: DataFrame, current: DataFrame | None, key: list[str]) -> DataFrame:
+    """``latest_per_key``'s rows, each with ``__columns`` set to what it may change in the
+    current table: everything (null) when the batch has a full image (or delete) newer than
+    the current row, else only the columns some event newer than the current row carries. A
+    batch's older full image must not overwrite what a newer current row holds, even when a
+    newer partial image follows it (TOAST, SharePlex, ignored nulls). Keys not in ``current``
+    keep the batch's own ``__columns``."""
+    if current is None:
+        return without_working_columns(newest)
+    target = current.select(*key, F.col(C.SEQUENCE_COL).alias("__target_at"))
+    at = F.col("__target_at")
+    carried = newest.schema[_CARRIED].dataType
+    values = [f.name for f in carried.fields] if hasattr(carried, "fields") else []
+    newer = F.array_compact(
+        F.array(
+            *[F.lit(k) for k in key],
+            *[F.when(F.col(_CARRIED)[c] > at, F.lit(c)) for c in values],
+        )
+    )
+    columns = (
+        F.when(at.isNull(), F.col(PARTIAL_COL))
+        .when(F.col(_FULL) > at, F.lit(None).cast("array<string>"))
+        .otherwise(newer)
+    )
+    return without_working_columns(
+        newest.join(target, key, "left").withColumn(PARTIAL_COL, columns).drop("__target_at")
+    )
+
+
+def without_working_columns(newest: DataFrame) -> DataFrame:
+    """``latest_per_key``'s rows without the working columns ``relative_to`` consumes."""
+    return newest.drop(_CARRIED, _FULL)
 
 
 def touching(changelog: DataFrame, keys: DataFrame, key: list[str]) -> DataFrame:
@@ -104,8 +152,3 @@ def touching(changelog: DataFrame, keys: DataFrame, key: list[str]) -> DataFrame
     return changelog.join(wanted, on_key == F.col("__wanted"), "left_semi").unionByName(
         moves.join(wanted, before_key == F.col("__wanted"), "left_semi")
     )
-
-
-def count_ops(changelog: DataFrame) -> dict[str, int]:
-    """Row changes by op in a change-log frame."""
-    return {r["op"]: r["count"] for r in changelog.groupBy("op").count().collect()}

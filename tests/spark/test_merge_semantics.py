@@ -3,6 +3,7 @@
 import pytest
 
 from cdc_platform import pipeline
+from cdc_platform.catalog import TableConfig
 from cdc_platform.lake import delta as lake
 
 pytestmark = pytest.mark.spark
@@ -32,8 +33,8 @@ def _write_batch(spark, warehouse, day, changes):
     lake.overwrite_partitions(uri, df.toArrow(), [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
 
 
-def _state(spark, warehouse):
-    pipeline.merge_current(spark, warehouse, "s", "t")
+def _state(spark, warehouse, options=None):
+    pipeline.merge_current(spark, warehouse, "s", "t", options=options)
     rows = pipeline.current_rows(spark, warehouse, "s", "t")
     return sorted(tuple(r.values()) for r in rows.toArrow().to_pylist())
 
@@ -94,3 +95,66 @@ def test_rebuilding_and_replaying_converge(spark, warehouse):
     pipeline.merge_current(spark, warehouse, "s", "t", full_refresh=True)
     rows = pipeline.current_rows(spark, warehouse, "s", "t").toArrow().to_pylist()
     assert sorted(tuple(r.values()) for r in rows) == first
+
+
+def test_an_older_full_image_does_not_overwrite_a_newer_row(spark, warehouse):
+    # The batch's newest change is partial; its full image is older than the current row.
+    _write_batch(spark, warehouse, "2026-01-02", [_change("u", 10, 1, "x", "y")])
+    assert _state(spark, warehouse) == [(1, "x", "y")]
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 9, 1, "a", "b"), _change("u", 12, 1, a="P", cols=["id", "a"]),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(1, "P", "y")]
+
+
+def test_older_partial_images_do_not_overwrite_a_newer_row(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-02", [_change("u", 10, 1, "x", "y")])
+    _state(spark, warehouse)
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 1, 1, "a", "b"),
+        _change("u", 8, 1, a="old", cols=["id", "a"]),
+        _change("u", 12, 1, b="new", cols=["id", "b"]),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(1, "x", "new")]
+
+
+def test_a_full_image_newer_than_the_row_still_replaces_it(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 5, 1, "x", "y")])
+    _state(spark, warehouse)
+    _write_batch(spark, warehouse, "2026-01-02", [
+        _change("u", 9, 1, "a", "b"), _change("u", 12, 1, a="P", cols=["id", "a"]),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(1, "P", "b")]
+
+
+def test_ignored_null_updates_keep_a_newer_rows_value(spark, warehouse):
+    options = TableConfig(name="t", ignore_null_updates=True)
+    # A snapshot read: a full image (an update would count as partial with ignore_null_updates).
+    _write_batch(spark, warehouse, "2026-01-02", [_change("r", 10, 1, "x", "y")])
+    _state(spark, warehouse, options)
+    # seq 12 sets only a (its null b is ignored): b keeps seq 10's value, not seq 9's.
+    _write_batch(spark, warehouse, "2026-01-01", [
+        _change("c", 9, 1, "a", "b"), _change("u", 12, 1, a="P"),
+    ])  # fmt: skip
+    assert _state(spark, warehouse, options) == [(1, "P", "y")]
+
+
+def test_a_reprocessed_partition_without_a_change_removes_its_effect(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a", "b")])
+    _write_batch(spark, warehouse, "2026-01-02", [
+        _change("u", 5, 1, "late", "late"), _change("c", 6, 2, "gone", "gone"),
+    ])  # fmt: skip
+    assert _state(spark, warehouse) == [(1, "late", "late"), (2, "gone", "gone")]
+    # The date is reprocessed and no longer holds those changes.
+    _write_batch(spark, warehouse, "2026-01-02", [_change("c", 7, 3, "n", "n")])
+    assert _state(spark, warehouse) == [(1, "a", "b"), (3, "n", "n")]
+    tombstones = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, "s", "t"))
+    assert sorted(r["id"] for r in tombstones.collect()) == [1, 3]  # key 2 is gone, not hidden
+
+
+def test_a_reprocessed_partition_that_loses_its_truncate_rebuilds(spark, warehouse):
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a", "b")])
+    _write_batch(spark, warehouse, "2026-01-02", [_change("t", 2, None)])
+    assert _state(spark, warehouse) == []
+    _write_batch(spark, warehouse, "2026-01-02", [_change("c", 3, 2, "x", "y")])
+    assert _state(spark, warehouse) == [(1, "a", "b"), (2, "x", "y")]
