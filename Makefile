@@ -8,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 3000
 DAGSTER_HOME := $(CURDIR)/var/dagster_home
 
-.PHONY: install browser demo test lint bench bench-merge bench-latency clean
+.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency clean
 
 install: $(STAMP)
 
@@ -32,6 +32,21 @@ demo: install
 test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+# Random exploration of the property and fuzz tests (tests/conftest.py's "fuzz" profile): new
+# examples every run, FUZZ_EXAMPLES per property; the fuzzed formats run mixed under `auto`.
+# One pytest per property, in parallel: each is mostly waiting on small Spark jobs.
+FUZZ_EXAMPLES ?= 200
+fuzz: install
+	@mkdir -p var/fuzz
+	@for t in test_reprocessing_in_any_order_converges test_reprocessing_with_toast_placeholders_converges test_history_matches_an_in_order_replay; do \
+		HYPOTHESIS_PROFILE=fuzz CDC_PROPERTY_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider \
+			tests/spark/test_convergence_property.py::$$t > var/fuzz/$$t.log 2>&1 & pids="$$pids $$!"; \
+	done; \
+	HYPOTHESIS_PROFILE=fuzz QUALITY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider \
+		tests/quality/test_fuzz.py > var/fuzz/test_fuzz.log 2>&1 & pids="$$pids $$!"; \
+	failed=0; for j in $$pids; do wait $$j || failed=1; done; \
+	tail -n 3 var/fuzz/*.log; exit $$failed
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -7,10 +7,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from pyspark.sql import SparkSession
 
 from cdc_platform import broker
 from cdc_platform.spark.session import get_spark
+
+# Property and fuzz tests draw the same examples on every run ("ci", the default): a red run means
+# the code changed, not the dice. `make fuzz` selects "fuzz": new random examples each run, many
+# more of them (CDC_PROPERTY_EXAMPLES, QUALITY_FUZZ_EXAMPLES); pin what it finds as @example.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # The team's reference material sits beside the clone (../shared), in CI too.
 SHARED = Path(os.environ.get("CDC_SHARED", Path(__file__).resolve().parents[2] / "shared"))
