@@ -1,10 +1,10 @@
-"""Assets of one source: raw topic -> change log per table (+ quarantine) -> current per table."""
+"""Assets of one source: raw -> change log per table (+ DDL and control logs, quarantine) ->
+current and history per table; its ingest job and sensor."""
 
 from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from cdc_platform import freshness, pipeline
@@ -18,9 +18,15 @@ from cdc_platform.defs.kafka import (
     build_kafka_raw_asset,
     build_kafka_sensor,
 )
-from cdc_platform.defs.metadata import arrow_preview, delta_metadata, preview
+from cdc_platform.defs.metadata import (
+    add_partition_row_counts,
+    arrow_preview,
+    delta_metadata,
+    freshness_metadata,
+    preview,
+)
 from cdc_platform.defs.partitions import daily
-from cdc_platform.defs.resources import LakeResource, spark_session
+from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.sensors import build_landing_sensor
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta
@@ -58,9 +64,9 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
                 lake.warehouse_path, source.name, files, date, whole_date=True
             )
         uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+        add_partition_row_counts(context, uri)
         return dg.MaterializeResult(
             metadata={
-                "dagster/partition_row_count": sum(counts.values()),
                 "messages_by_date": counts,
                 **delta_metadata(uri),
             }
@@ -130,15 +136,13 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
         check_specs=quality.changelog_check_specs(source, tables),
         backfill_policy=SINGLE_RUN,
     )
-    def changelog(
-        context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: LakeResource
-    ):
+    def changelog(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource):
         if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
             # A sensor run of a Kafka source: only the raw batches not normalized yet.
-            result = pipeline.normalize_new(spark_session(spark), lake.warehouse_path, source)
+            result = pipeline.normalize_new(spark.spark_session, lake.warehouse_path, source)
         else:
             result = pipeline.normalize_source(
-                spark_session(spark), lake.warehouse_path, source, context.partition_keys
+                spark.spark_session, lake.warehouse_path, source, context.partition_keys
             )
         known = {t.name for t in tables}
         new_tables = sorted(t.qualified for t in result.tables.values() if t.name not in known)
@@ -147,56 +151,65 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 f"routed tables without assets yet: {', '.join(new_tables)}; reload the code "
                 "location (Reload definitions) to see their assets"
             )
+
+        def counted(layer: str, table: str | None = None) -> tuple[dg.AssetKey, str]:
+            """An output's key and Delta table, whose partitions of the run get their row counts
+            (rows_by_op and the other counts below are the run's)."""
+            key = asset_key(layer, source.name, table)
+            uri = delta.table_uri(lake.warehouse_path, layer, source.name, table)
+            add_partition_row_counts(context, uri, key)
+            return key, uri
+
         for table in tables:
             written = result.tables.get(table.name)
             ops = written.ops if written else {}
-            uri = delta.table_uri(lake.warehouse_path, delta.CHANGELOG, source.name, table.name)
+            key, uri = counted(delta.CHANGELOG, table.name)
             yield dg.MaterializeResult(
-                asset_key=asset_key(delta.CHANGELOG, source.name, table.name),
+                asset_key=key,
                 metadata={
-                    "dagster/partition_row_count": sum(ops.values()),
                     "rows_by_op": dg.MetadataValue.json(ops),
                     # The run's messages of the whole source that went to quarantine instead.
                     "quarantined": result.quarantined,
                     **_event_time(written.max_event_time if written else None),
-                    **freshness.changelog(lake.warehouse_path, source.name, table.name).metadata(),
+                    **freshness_metadata(
+                        freshness.changelog(lake.warehouse_path, source.name, table.name)
+                    ),
                     **delta_metadata(uri),
                     **({"preview": arrow_preview(written.sample)} if written else {}),
                 },
             )
         for table in tables:
+            key, uri = counted(delta.DDL, table.name)
             yield dg.MaterializeResult(
-                asset_key=asset_key(delta.DDL, source.name, table.name),
+                asset_key=key,
                 metadata={
-                    "dagster/partition_row_count": result.ddl_by_table.get(table.name, 0),
-                    **delta_metadata(
-                        delta.table_uri(lake.warehouse_path, delta.DDL, source.name, table.name)
-                    ),
+                    "ddl_statements": result.ddl_by_table.get(table.name, 0),
+                    **delta_metadata(uri),
                 },
             )
+        key, uri = counted(delta.CONTROL)
         yield dg.MaterializeResult(
-            asset_key=asset_key(delta.CONTROL, source.name),
+            asset_key=key,
             metadata={
-                "dagster/partition_row_count": result.control,
+                "control_messages": result.control,
                 **_event_time(result.max_control_time),
-                **delta_metadata(delta.table_uri(lake.warehouse_path, delta.CONTROL, source.name)),
+                **delta_metadata(uri),
             },
         )
+        key, uri = counted(delta.QUARANTINE)
         yield dg.MaterializeResult(
-            asset_key=asset_key(delta.QUARANTINE, source.name),
+            asset_key=key,
             metadata={
-                "dagster/partition_row_count": result.quarantined,
+                "quarantined": result.quarantined,
                 "quarantined_by_reason": dg.MetadataValue.json(result.quarantine_reasons),
                 "messages": result.messages,
                 "control_messages": result.control,
                 "ddl_messages": result.ddl,
                 "new_routed_tables": dg.MetadataValue.json(new_tables),
-                **delta_metadata(
-                    delta.table_uri(lake.warehouse_path, delta.QUARANTINE, source.name)
-                ),
+                **delta_metadata(uri),
             },
         )
-        session, dates = spark_session(spark), context.partition_keys
+        session, dates = spark.spark_session, context.partition_keys
         yield from quality.changelog_check_results(
             context, session, lake.warehouse_path, source, tables, dates
         )
@@ -231,9 +244,9 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         ),
     )
     def current(
-        config: RebuildConfig, spark: LazyPySparkResource, lake: LakeResource
+        config: RebuildConfig, spark: SparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
-        session = spark_session(spark)
+        session = spark.spark_session
         merged = pipeline.merge_current(
             session,
             lake.warehouse_path,
@@ -256,7 +269,9 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 "truncated_rows": merged.truncated,
                 "tombstones_purged": merged.tombstones_purged,
                 "changelog_version": merged.changelog_version,
-                **freshness.current(lake.warehouse_path, source.name, table.name).metadata(),
+                **freshness_metadata(
+                    freshness.current(lake.warehouse_path, source.name, table.name)
+                ),
                 **delta_metadata(uri),
                 **({"preview": preview(rows, key)} if rows is not None else {}),
             },
@@ -281,14 +296,14 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             f"SCD type 2 history of `{table.match}`: one row per version of each key with "
             "`__start_at`/`__end_at` (sequence) and `__start_time`/`__end_time` (event time), "
             "`__is_current`, `__is_deleted`. Late events are placed where they belong"
-            + (" ; only changes to the tracked columns open a version." if tracked else ".")
+            + ("; only changes to the tracked columns open a version." if tracked else ".")
         ),
     )
     def history(
-        config: RebuildConfig, spark: LazyPySparkResource, lake: LakeResource
+        config: RebuildConfig, spark: SparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         built = pipeline.update_history(
-            spark_session(spark), lake.warehouse_path, source.name, table, config.full_refresh
+            spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
         )
         uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
         return dg.MaterializeResult(

@@ -10,6 +10,7 @@ import dagster as dg
 
 from cdc_platform import freshness
 from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.defs.metadata import freshness_metadata
 from cdc_platform.defs.resources import LakeResource
 
 # How often the freshness checks run on their own.
@@ -43,7 +44,7 @@ def build_freshness_check(
             passed=lag_minutes <= limit,
             severity=dg.AssetCheckSeverity.ERROR,
             description=f"{lag_minutes:.1f} min behind the source (limit {limit:g})",
-            metadata={**seen.metadata(), "max_lag_minutes": limit},
+            metadata={**freshness_metadata(seen), "max_lag_minutes": limit},
         )
 
     return check

@@ -7,12 +7,15 @@ past partition reads nothing and says so (reprocess a past date through its chan
 """
 
 import datetime as dt
+import hashlib
 import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import dagster as dg
 
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.defs.metadata import delta_metadata
+from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata
 from cdc_platform.defs.partitions import daily
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.ingest import kafka
@@ -67,6 +70,7 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
                 "raw of a Kafka source is append-only: past dates are not read from Kafka again "
                 "(the change log reprocesses them from raw)"
             )
+            add_partition_row_counts(context, uri)
             return dg.MaterializeResult(
                 metadata={"ingested_records": 0, "ingested": "no (a past date)"}
                 | delta_metadata(uri)
@@ -74,9 +78,9 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
         batch = kafka.ingest_kafka(lake.warehouse_path, source, date=date)
         if batch.bounded:
             context.log.info("the batch reached its bound; the sensor requests the next one")
+        add_partition_row_counts(context, uri)
         return dg.MaterializeResult(
             metadata={
-                "dagster/partition_row_count": batch.records,
                 "ingested_records": batch.records,
                 "ingested_bytes": batch.bytes,
                 "offsets": dg.MetadataValue.json(batch.offsets),
@@ -88,7 +92,57 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
     return raw
 
 
-def build_kafka_sensor(source: SourceConfig, warehouse_path, job_name: str) -> dg.SensorDefinition:
+# Longer run keys are hashed: Dagster stores the key as a run tag.
+_MAX_KEY_LENGTH = 200
+
+
+def run_key(
+    waiting: dict[str, dict[int, list[int]]], raw_version: int | None, generation: int
+) -> str:
+    """The run key of a request for ``waiting`` (``kafka.pending``: topic -> partition -> [next
+    offset stored in raw, high watermark]), read from raw at ``raw_version``, in the cursor's
+    ``generation``: the same broker and raw state always give the same key."""
+    ranges = ",".join(
+        f"{topic}[{p}]:{start}-{high}"
+        for topic, parts in sorted(waiting.items())
+        for p, (start, high) in sorted(parts.items())
+    )
+    if len(ranges) > _MAX_KEY_LENGTH:
+        ranges = "sha1:" + hashlib.sha1(ranges.encode()).hexdigest()
+    return f"{ranges}|raw={'none' if raw_version is None else raw_version}|gen={generation}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaSensorCursor:
+    """What the Kafka sensor keeps between ticks (JSON): the run key of the last run it
+    requested, raw's Delta version at the last tick, and how many times raw was seen recreated
+    (its version went back, e.g. tables cleared with the embedded broker): offsets start over
+    then, and the generation keeps the new keys apart from the old ones."""
+
+    run_key: str | None = None
+    raw_version: int | None = None
+    generation: int = 0
+
+    @classmethod
+    def parse(cls, text: str | None) -> "KafkaSensorCursor":
+        data = json.loads(text) if text else {}
+        if not isinstance(data, dict) or "generation" not in data:
+            return cls()  # none yet, or the format before run keys
+        return cls(
+            run_key=data.get("run_key"),
+            raw_version=data.get("raw_version"),
+            generation=int(data["generation"]),
+        )
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def build_kafka_sensor(
+    source: SourceConfig, warehouse_path: Path, job_name: str
+) -> dg.SensorDefinition:
+    raw_uri = delta.table_uri(warehouse_path, delta.RAW, source.name)
+
     @dg.sensor(
         name=f"{source.name}__kafka_sensor",
         job_name=job_name,
@@ -96,35 +150,55 @@ def build_kafka_sensor(source: SourceConfig, warehouse_path, job_name: str) -> d
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             f"Requests a run of {job_name} (raw -> change log -> current) when the topics of "
-            f"`{source.name}` hold records raw does not have; one run at a time. The cursor "
-            "holds the high watermarks seen."
+            f"`{source.name}` hold records raw does not have; one run at a time. Its run key "
+            "names the offsets to ingest (per topic-partition: the next offset stored in raw, "
+            "the high watermark) and raw's Delta version, so one state is requested once. The "
+            "cursor holds the last run key requested, raw's version, and a generation counting "
+            "the times raw was recreated (offsets start over then). A tick that finds the last "
+            "request's offsets unmoved skips: its run is queued, running, or failed (re-execute "
+            "it, or new records bring a new request)."
         ),
     )
-    def kafka_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    def kafka_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        last = KafkaSensorCursor.parse(context.cursor)
+        version = delta.version(raw_uri)
+        generation = last.generation
+        if last.raw_version is not None and (version is None or version < last.raw_version):
+            generation += 1  # raw was recreated: the offsets, and so the keys, start over
         waiting = kafka.pending(warehouse_path, source)
-        cursor = json.dumps(
-            {f"{t}[{p}]": high for t, parts in waiting.items() for p, (_, high) in parts.items()},
-            sort_keys=True,
-        )
+
+        def skip(reason: str) -> dg.SensorResult:
+            cursor = KafkaSensorCursor(
+                run_key=last.run_key, raw_version=version, generation=generation
+            )
+            return dg.SensorResult(skip_reason=reason, cursor=cursor.dumps())
+
         if not waiting:
-            return dg.SensorResult(skip_reason="raw has every record of the topics", cursor=cursor)
+            return skip("raw has every record of the topics")
         running = context.instance.get_runs(
             filters=dg.RunsFilter(job_name=job_name, statuses=_IN_FLIGHT), limit=1
         )
         if running:
             # Its batch ends where it ends; what is left is requested on a later tick.
-            return dg.SensorResult(
-                skip_reason=f"run {running[0].run_id[:8]} is still ingesting", cursor=cursor
+            return skip(f"run {running[0].run_id[:8]} is still ingesting")
+        key = run_key(waiting, version, generation)
+        if key == last.run_key:
+            return skip(
+                f"a run was already requested for these offsets ({key}) and has not ingested "
+                "them; if it failed, re-execute it"
             )
         backlog = sum(h - s for parts in waiting.values() for s, h in parts.values())
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
+                    run_key=key,
                     partition_key=today(),
                     tags={INCREMENTAL_TAG: INCREMENTAL, "cdc/backlog": str(backlog)},
                 )
             ],
-            cursor=cursor,
+            cursor=KafkaSensorCursor(
+                run_key=key, raw_version=version, generation=generation
+            ).dumps(),
         )
 
     return kafka_sensor

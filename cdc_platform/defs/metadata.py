@@ -4,11 +4,36 @@ import dagster as dg
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from cdc_platform.freshness import Freshness
 from cdc_platform.lake import delta as lake
 
 
 def table_schema(schema: pa.Schema) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
+
+
+def add_partition_row_counts(
+    context: dg.AssetExecutionContext, uri: str, asset_key: dg.AssetKey | None = None
+) -> None:
+    """Give each partition of the run its own ``dagster/partition_row_count``: its rows in the
+    Delta table after the write (from the log, no data read). A run over a range records one
+    materialization per partition, each with the metadata added for its key, so call this
+    before returning (or yielding) the asset's result."""
+    counts = lake.partition_row_counts(uri)
+    for date in context.partition_keys:
+        context.add_asset_metadata(
+            {"dagster/partition_row_count": counts.get(date, 0)},
+            asset_key=asset_key,
+            partition_key=date,
+        )
+
+
+def freshness_metadata(seen: Freshness) -> dict[str, object]:
+    """The table's lag behind its source; the source position shown as a time."""
+    return {
+        k: dg.MetadataValue.timestamp(v) if k == "source_position" else v
+        for k, v in seen.metadata().items()
+    }
 
 
 def delta_metadata(uri: str) -> dict[str, object]:

