@@ -1,7 +1,8 @@
 """The source catalog: ``sources.yaml`` validated with pydantic; the only list factories loop over.
 
-Relative paths in the file are relative to the file itself. Environment variables override the
-storage and Spark settings (``CDC_WAREHOUSE``, ``CDC_LANDING``, ``CDC_SPARK_MASTER``), so the same
+Relative paths in the file are relative to the file itself. ``CDC_SOURCES`` chooses the file
+(``default_catalog_path``), and environment variables override its storage and Spark settings
+(``CDC_WAREHOUSE``, ``CDC_LANDING``, ``CDC_SPARK_MASTER``, ``CDC_SPARK_REMOTE``), so the same
 file serves the demo, the tests and a deployment. Kafka secrets are never in the file: a secret
 setting must be an ``${ENV_VAR}`` reference, resolved only when a client is created.
 """

@@ -1,7 +1,18 @@
-"""``cdc-platform``: replay landing files into a warehouse and show its tables (no Dagster).
+"""cdc-platform: the pipeline and its tools without Dagster.
+
+commands:
+  replay          landing files -> raw -> change log -> current; a JSON summary as last line
+  show            print a table of a warehouse as JSON lines, sorted by primary key
+  demo            write sample CDC traffic: landing files, and records for the embedded broker
+  broker          run the embedded Kafka-protocol broker (Tansu, in memory) until Ctrl-C
+  spark-server    run a local Spark Connect server that runs can share (warm Spark)
+  reset-offsets   make a Kafka source's next run read from the earliest or latest offsets
+  models          compile, run or test the SQL models (dbt_like_models)
+  quality-report  validate every table and rebuild the Data Docs site; exit 1 on an ERROR rule
+  redrive         re-process quarantined messages with the current configuration
 
 User errors (unknown option, missing input, unreadable warehouse, bad config) print one line on
-stderr and exit with status 2; the summary of a replay is the last line on stdout.
+stderr and exit with status 2.
 """
 
 import argparse
@@ -43,9 +54,19 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cdc-platform", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    r = sub.add_parser("replay", help="raw -> changelog -> current for every table in INPUTs")
+    # The module docstring lists the commands; each command's --help shows its description.
+    raw = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="cdc-platform", description=__doc__, formatter_class=raw)
+    sub = p.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=_Parser,
+        metavar="COMMAND",
+        help="one of the commands above",
+    )
+    r = sub.add_parser(
+        "replay", description="raw -> changelog -> current for every table in INPUTs"
+    )
     r.add_argument("inputs", nargs="+", metavar="INPUT", help="landing files or folders")
     r.add_argument("--warehouse", required=True, type=Path)
     r.add_argument("--format", default="auto", help=f"one of {', '.join(formats.format_names())}")
@@ -54,13 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--column-type", action="append", default=[], metavar="COL=TYPE")
     r.add_argument("--source", default=REPLAY_SOURCE, help="source name in the warehouse")
     r.add_argument("--date", help="ingest date for inputs outside dt=YYYY-MM-DD folders")
-    s = sub.add_parser("show", help="print a table as JSON lines, sorted by primary key")
+    s = sub.add_parser("show", description="print a table as JSON lines, sorted by primary key")
     s.add_argument("table", metavar="TABLE")
     s.add_argument("--warehouse", required=True, type=Path)
     s.add_argument("--layer", choices=["current", "changelog", "quarantine"], default="current")
     s.add_argument("--source", help="needed only when several sources have TABLE")
     d = sub.add_parser(
-        "demo", help="sample CDC traffic: landing files, and records for the embedded broker"
+        "demo", description="sample CDC traffic: landing files, and records for the embedded broker"
     )
     d.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
     d.add_argument("--batches", type=int, default=1, help="batches to write now")
@@ -70,21 +91,26 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="then keep writing one batch every this many seconds (0: stop)",
     )
-    b = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu, in memory)")
+    b = sub.add_parser(
+        "broker", description="run the embedded Kafka-protocol broker (Tansu, in memory)"
+    )
     b.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
     b.add_argument("--port", type=int, default=DEMO_BROKER_PORT)
-    sp = sub.add_parser("spark-server", help="run a local Spark Connect server (warm runs)")
+    sp = sub.add_parser("spark-server", description="run a local Spark Connect server (warm runs)")
     sp.add_argument(
         "--sources", type=Path, default=None, help="sources file (default sources.yaml)"
     )
     sp.add_argument("--port", type=int, default=15002)
     o = sub.add_parser(
-        "reset-offsets", help="make a Kafka source's next run read from the earliest or latest"
+        "reset-offsets",
+        description="make a Kafka source's next run read from the earliest or latest",
     )
     o.add_argument("--source", required=True, help="a transport: kafka source of the catalog")
     o.add_argument("--to", choices=["earliest", "latest"], required=True)
     o.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
-    m = sub.add_parser("models", help="compile, build or test the SQL models (dbt_like_models)")
+    m = sub.add_parser(
+        "models", description="compile, build or test the SQL models (dbt_like_models)"
+    )
     msub = m.add_subparsers(dest="models_command", required=True, parser_class=_Parser)
     for name, text in (
         ("compile", "print each model's compiled SQL (checked by Spark's parser)"),
@@ -98,11 +124,15 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--warehouse", type=Path, help="default: the catalog's warehouse")
         if name == "run":
             c.add_argument("--full-refresh", action="store_true", help="rebuild incremental models")
-    q = sub.add_parser("quality-report", help="validate every table, build the Data Docs site")
+    q = sub.add_parser(
+        "quality-report", description="validate every table, build the Data Docs site"
+    )
     q.add_argument("--warehouse", required=True, type=Path)
     q.add_argument("--out", required=True, type=Path, help="reports folder (the site and gx/)")
     q.add_argument("--sources", type=Path, help="sources file with quality settings")
-    rd = sub.add_parser("redrive", help="re-process quarantined messages; drop those that pass")
+    rd = sub.add_parser(
+        "redrive", description="re-process quarantined messages; drop those that pass"
+    )
     rd.add_argument("--warehouse", required=True, type=Path)
     rd.add_argument("--reason", help="only messages whose reason starts with this")
     rd.add_argument("--source", help="only this source (default: all)")

@@ -1,5 +1,5 @@
-"""The code location: one source's assets, job and sensor per catalog entry, plus automation and
-the freshness schedule."""
+"""The code location: per catalog source its assets, checks, job and sensor; the SQL models; the
+automation sensor, the freshness schedule, the resources and the in-process executor."""
 
 import dagster as dg
 

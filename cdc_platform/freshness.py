@@ -4,14 +4,13 @@ A source's *position* is the newest event time seen from it: the table's own cha
 source's heartbeats and transaction markers (the control log), which move on even when the table
 does not change. A change log is as fresh as that position. A current table that has not merged
 the newest change-log version yet is only as fresh as the changes it merged. Lag = now - position.
-Positions come from the Delta files' statistics: no data is read.
+Positions come from the Delta files' statistics: no data is read. Plain values only: the Dagster
+layer turns them into metadata.
 """
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-
-from dagster import MetadataValue
 
 from cdc_platform.lake import delta as lake
 
@@ -21,11 +20,14 @@ class Freshness:
     position: datetime | None  # newest source event time the table reflects
     lag_seconds: float | None  # now - position (None: nothing seen yet)
 
-    def metadata(self) -> dict[str, object]:
+    def metadata(self) -> dict[str, float]:
+        """What a materialization records ({} before anything is seen): ``source_position`` in
+        epoch seconds (shown as a time once wrapped in ``MetadataValue.timestamp``) and
+        ``lag_seconds``."""
         if self.position is None:
             return {}
         return {
-            "source_position": MetadataValue.timestamp(self.position),
+            "source_position": self.position.timestamp(),
             "lag_seconds": round(self.lag_seconds, 1),
         }
 

@@ -1,21 +1,21 @@
 """Wire formats. Each module turns raw messages into canonical parsed records with Spark functions.
 
-A format module exposes:
-- ``NAME`` and ``OPTIONS`` (option name -> allowed values, or None for any value);
-- ``parse(raw, options) -> DataFrame``: the raw columns plus ``canonical.PARSED_SCHEMA``'s (one
-  row per row change: a message holding several rows yields several records);
-- ``column_specs(value_schema) -> dict[str, ColumnSpec]``: column types from the format's own
-  schema text, read on the driver for the few distinct values of a batch;
-- ``claims(keys, value) -> Column``: true when a message looks like this format (``keys``: the
-  top-level JSON keys, null when the value is not a JSON object), for ``format: auto``.
+``FORMATS`` maps each format name to its module, which satisfies ``contract.Format``: ``NAME``,
+``OPTIONS``, ``parse(raw, options)``, ``column_specs(value_schema)`` and ``claims(keys, value)``.
+The exception is ``auto`` (``detect``), which recognises each message's format and hands it to
+that module: only a ``contract.Parser``. ``parser_for(name)`` looks up any format name,
+``format_for(name)`` a wire format.
 """
 
 import importlib
-from types import ModuleType
+from typing import cast
 
+from cdc_platform.formats.contract import Format, Parser
+
+AUTO_MODULE = "cdc_platform.formats.detect"  # recognise each message by its structure
 # name -> module; modules are imported on first use.
 FORMATS: dict[str, str] = {
-    "auto": "cdc_platform.formats.detect",  # recognise each message by its structure
+    "auto": AUTO_MODULE,
     "debezium": "cdc_platform.formats.debezium",
     # Lindorm change subscription is Debezium Format V2.0: the same parser, under its own name.
     "lindorm": "cdc_platform.formats.debezium",
@@ -33,11 +33,20 @@ def format_names() -> list[str]:
     return sorted(FORMATS)
 
 
-def parser_for(name: str) -> ModuleType:
-    """The format module for ``name``; ValueError naming the known formats otherwise."""
+def parser_for(name: str) -> Parser:
+    """The format module for ``name`` (``auto`` too); ValueError naming the known formats
+    otherwise."""
     if name not in FORMATS:
         raise ValueError(f"unknown format {name!r} (known: {', '.join(format_names())})")
-    return importlib.import_module(FORMATS[name])
+    return cast(Parser, importlib.import_module(FORMATS[name]))
+
+
+def format_for(name: str) -> Format:
+    """The wire format module for ``name``: as ``parser_for``, but not ``auto``, which is no
+    format of its own (ValueError)."""
+    if FORMATS.get(name) == AUTO_MODULE:
+        raise ValueError(f"{name!r} recognises formats, it is not one")
+    return cast(Format, parser_for(name))
 
 
 def validate_options(name: str, options: dict[str, str]) -> None:

@@ -45,9 +45,10 @@ from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec
+from cdc_platform.formats.contract import Options
 
 NAME = "canal"
-OPTIONS = {"canal.convention": ("current", "legacy")}
+OPTIONS: Options = {"canal.convention": ("current", "legacy")}
 
 _OPS = {"INSERT": C.INSERT, "INIT": C.READ, "UPDATE": C.UPDATE, "DELETE": C.DELETE}
 # Canal event types that change a table's definition (DTS writes "DDL"); TRUNCATE is a change.

@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec
+from cdc_platform.formats.contract import Options
 from cdc_platform.formats.dataworks import (
     FULL_LOAD_SEQUENCE,
     pair_halves,
@@ -33,7 +34,7 @@ from cdc_platform.formats.dataworks import (
 )
 
 NAME = "datahub-tuple"
-OPTIONS: dict[str, tuple[str, ...]] = {}
+OPTIONS: Options = {}
 
 SEQUENCE_ID = "_sequence_id_"
 OPERATION = "_operation_type_"

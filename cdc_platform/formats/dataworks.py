@@ -40,9 +40,10 @@ from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import STRING, ColumnSpec
+from cdc_platform.formats.contract import Options
 
 NAME = "dataworks"
-OPTIONS: dict[str, tuple[str, ...]] = {}
+OPTIONS: Options = {}
 
 _S = T.StringType()
 _IMAGE = T.StructType([T.StructField("dataColumn", C.IMAGE)])

@@ -15,10 +15,14 @@ from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec, connect_field_spec
+from cdc_platform.formats.contract import Options
 
 NAME = "debezium"
 # unavailable.value.placeholder: Debezium's connector option of that name (None: any value).
-OPTIONS = {"lindorm.hbase": ("auto", "true", "false"), "unavailable.value.placeholder": None}
+OPTIONS: Options = {
+    "lindorm.hbase": ("auto", "true", "false"),
+    "unavailable.value.placeholder": None,
+}
 PLACEHOLDER = "__debezium_unavailable_value"
 
 _S = T.StringType()

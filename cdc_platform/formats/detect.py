@@ -6,32 +6,30 @@ no format claims, or that several claim, is quarantined with that reason. A Kafk
 (null value) belongs to no format: it is a control record.
 """
 
-from types import ModuleType
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_platform import formats
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats.contract import Format, Options
 
 NAME = "auto"
 
 
-def candidates() -> dict[str, ModuleType]:
+def candidates() -> dict[str, Format]:
     """One entry per format module (aliases such as ``lindorm`` share Debezium's parser)."""
-    found: dict[str, ModuleType] = {}
+    found: dict[str, Format] = {}
+    seen = {__name__}
     for name, path in formats.FORMATS.items():
-        if path != __name__ and path not in {m.__name__ for m in found.values()}:
-            found[name] = formats.parser_for(name)
+        if path not in seen:
+            seen.add(path)
+            found[name] = formats.format_for(name)
     return found
 
 
-def __getattr__(name: str) -> dict[str, tuple[str, ...]]:
-    # OPTIONS is every format's options (each parser takes the ones it knows), computed on
-    # first use so that importing this module does not import every format.
-    if name == "OPTIONS":
-        return {k: v for m in candidates().values() for k, v in m.OPTIONS.items()}
-    raise AttributeError(name)
+# Every format's options: each parser takes the ones it knows. A plain attribute computed at
+# import: from Python 3.12 isinstance against ``contract.Parser`` looks attributes up statically.
+OPTIONS: Options = {k: v for m in candidates().values() for k, v in m.OPTIONS.items()}
 
 
 def claimants(keys: Column, value: Column) -> Column:

@@ -53,9 +53,10 @@ from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec
+from cdc_platform.formats.contract import Options
 
 NAME = "dts-avro"
-OPTIONS: dict[str, tuple[str, ...]] = {}
+OPTIONS: Options = {}
 
 SCHEMA_RESOURCE = "dts_avro.avsc"
 _NS = "com.alibaba.dts.formats.avro."

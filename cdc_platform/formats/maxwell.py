@@ -21,9 +21,10 @@ from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec
+from cdc_platform.formats.contract import Options
 
 NAME = "maxwell"
-OPTIONS: dict[str, tuple[str, ...]] = {}
+OPTIONS: Options = {}
 
 _OPS = {"insert": C.INSERT, "update": C.UPDATE, "delete": C.DELETE, "bootstrap-insert": C.READ}
 _CONTROL_TYPES = ("bootstrap-start", "bootstrap-complete")

@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec
+from cdc_platform.formats.contract import Options
 
 NAME = "ogg"
-OPTIONS: dict[str, tuple[str, ...]] = {}
+OPTIONS: Options = {}
 
 _OPS = {"I": C.INSERT, "U": C.UPDATE, "D": C.DELETE, "T": C.TRUNCATE}
 _IMAGE = "map<string,string>"

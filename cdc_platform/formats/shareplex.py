@@ -28,9 +28,10 @@ from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import ColumnSpec
+from cdc_platform.formats.contract import Options
 
 NAME = "shareplex"
-OPTIONS: dict[str, tuple[str, ...]] = {}
+OPTIONS: Options = {}
 
 _S = T.StringType()
 _META = T.StructType(

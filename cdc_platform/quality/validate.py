@@ -9,7 +9,6 @@ Spark (cached while the suite runs).
 """
 
 import datetime as dt
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -228,7 +227,3 @@ def describe(run: SuiteRun) -> str:
         state = "ok" if r.success else ("error" if r.error else f"{r.unexpected} unexpected")
         lines.append(f"{run.suite} [{run.batch}] {r.rule} ({r.severity}): {state}")
     return "\n".join(lines)
-
-
-def sample_json(rule: RuleResult) -> str:
-    return json.dumps(rule.sample, default=str)

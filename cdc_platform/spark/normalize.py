@@ -51,7 +51,6 @@ class TablePlan:
     specs: dict[str, ColumnSpec]
     hbase: bool = False
     problem: str | None = None  # set when the table cannot be applied (e.g. no key)
-    declared: bool = True
     observed_key: list[str] = field(default_factory=list)
     # Columns whose type a message schema or the configuration states (others are guessed).
     typed_columns: set[str] = field(default_factory=set)
@@ -115,7 +114,7 @@ def _stated_specs(source_format: str, value_schema: str | None) -> dict[str, Col
     if not value_schema:
         return {}
     try:
-        return formats.parser_for(source_format).column_specs(value_schema)
+        return formats.format_for(source_format).column_specs(value_schema)
     except (ValueError, TypeError, AttributeError, KeyError):
         return {}  # an unreadable schema leaves the columns to config or string
 
@@ -164,7 +163,7 @@ def plan_tables(
         plan = plans.get(qualified)
         if plan is None:
             name = cfg.name if cfg else table_name(qualified)
-            plan = plans[qualified] = TablePlan(name, qualified, [], {}, declared=cfg is not None)
+            plan = plans[qualified] = TablePlan(name, qualified, [], {})
         if g["image_encoding"] == "hbase":
             plan.hbase = True
         known_types = (known or {}).get(qualified, ([], {}))[1]

