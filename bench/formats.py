@@ -24,10 +24,12 @@ from pathlib import Path
 
 import fastavro
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import dts_avro
 from cdc_platform.spark.session import get_spark
+from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_source
 
 SOURCE = "bench"
 DATE = "2026-01-01"
@@ -257,20 +259,20 @@ def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> di
     source = SourceConfig(name=SOURCE, format=fmt)
     t: dict[str, float] = {}
     start = time.perf_counter()
-    pipeline.ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
+    ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
     t["ingest"] = time.perf_counter() - start
     start = time.perf_counter()
-    result = pipeline.normalize_source(
+    result = normalize_source(
         spark, warehouse, source, [DATE], key_override=["id"], types_override=TYPES
     )
     t["normalize"] = time.perf_counter() - start
     start = time.perf_counter()
     for table in result.tables:
-        pipeline.merge_current(spark, warehouse, SOURCE, table)
+        merge_current(spark, warehouse, SOURCE, table)
     t["merge"] = time.perf_counter() - start
     got: tuple[int, int] = (0, 0)
     if len(result.tables) == 1:
-        cur = pipeline.current_rows(spark, warehouse, SOURCE, next(iter(result.tables)))
+        cur = current_rows(spark, warehouse, SOURCE, next(iter(result.tables)))
         data = cur.select("id", "name", "amount").toArrow().to_pydict()
         got = checksum(zip(data["id"], data["name"], data["amount"], strict=True))
     t["total"] = t["ingest"] + t["normalize"] + t["merge"]

@@ -2,9 +2,9 @@
 
 Builds a change log of ``--rows`` inserts (canonical change-log rows generated with Arrow, written
 with ``lake.overwrite_partitions``), builds the current table from it with
-``pipeline.merge_current`` (the full rebuild: ``full_refresh=True``, then the ordinary path into
-an empty table, whose last run is the base), then writes a second change-log partition updating
-``--changed`` keys and times the incremental ``merge_current``, for two key distributions:
+``steps.merge.merge_current`` (the full rebuild: ``full_refresh=True``, then the ordinary path
+into an empty table, whose last run is the base), then writes a second change-log partition
+updating ``--changed`` keys and times the incremental ``merge_current``, for two key distributions:
 
 - ``uniform``: keys drawn uniformly at random from the whole key range (the hard case);
 - ``clustered``: the most recent keys (the highest ids), as in an auto-increment table where
@@ -37,9 +37,10 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from throughput import cpu_seconds  # bench/ is the script's folder, on sys.path
 
-from cdc_platform import pipeline
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.session import get_spark
+from cdc_platform.steps import merge as merge_step
+from cdc_platform.steps.merge import merge_current
 
 SOURCE, TABLE = "bench", "t"
 DAY1, DAY2 = "2026-01-01", "2026-01-02"
@@ -148,7 +149,7 @@ def _timed(owner, name: str, label: str) -> None:
 def install_timers() -> None:
     _timed(lake, "upsert_newer", "delta-rs merge/write")
     _timed(lake, "replace", "delta-rs write (replace)")
-    _timed(pipeline, "_live_counts", "live counts (Spark)")
+    _timed(merge_step, "_live_counts", "live counts (Spark)")
     from pyspark.sql.classic.dataframe import DataFrame
 
     _timed(DataFrame, "toArrow", "Spark toArrow (read + newest per key)")
@@ -250,7 +251,7 @@ def main() -> None:
 
     def build():
         shutil.rmtree(cur_uri, ignore_errors=True)
-        return pipeline.merge_current(spark, base, SOURCE, TABLE)
+        return merge_current(spark, base, SOURCE, TABLE)
 
     refreshes = []
     if not args.skip_refresh:
@@ -258,7 +259,7 @@ def main() -> None:
         refreshes = [
             run(
                 f"full_refresh #{i + 1}",
-                lambda: pipeline.merge_current(spark, base, SOURCE, TABLE, full_refresh=True),
+                lambda: merge_current(spark, base, SOURCE, TABLE, full_refresh=True),
             )
             for i in range(args.repeat)
         ]
@@ -285,9 +286,7 @@ def main() -> None:
             shutil.copytree(base, wh)
             write_changes(wh, batch, DAY2)
             uri = lake.table_uri(wh, lake.CURRENT, SOURCE, TABLE)
-            r = run(
-                f"{dist} #{i + 1}", lambda wh=wh: pipeline.merge_current(spark, wh, SOURCE, TABLE)
-            )
+            r = run(f"{dist} #{i + 1}", lambda wh=wh: merge_current(spark, wh, SOURCE, TABLE))
             r["metrics"] = dict(LAST_METRICS)
             r["files"] = files_diff(uri, base_version)
             m, f = r["metrics"], r["files"]

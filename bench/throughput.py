@@ -22,11 +22,13 @@ import duckdb
 import pyarrow as pa
 from pyspark.sql.classic.dataframe import DataFrame
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark import apply, normalize
 from cdc_platform.spark.session import get_spark
+from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_source
 
 SOURCE = "bench"
 DATE = "2026-01-01"
@@ -229,21 +231,21 @@ def main() -> None:
     with timed(times, "spark start"):
         spark = get_spark()
     with timed(times, "ingest", probes):
-        pipeline.ingest_files(warehouse, SOURCE, [(landing, str(landing))], DATE, whole_date=True)
+        ingest_files(warehouse, SOURCE, [(landing, str(landing))], DATE, whole_date=True)
     with timed(times, "normalize", probes):
-        result = pipeline.normalize_source(
+        result = normalize_source(
             spark, warehouse, SourceConfig(name=SOURCE, format="debezium"), [DATE],
             key_override=["id"],
             types_override=None if args.with_schema else TYPES,
         )  # fmt: skip
     table = next(iter(result.tables))
     with timed(times, "merge", probes):
-        merged = pipeline.merge_current(spark, warehouse, SOURCE, table)
+        merged = merge_current(spark, warehouse, SOURCE, table)
     print(f"  normalize: {result.tables[table].ops}, quarantined {result.quarantined}")
     print(f"  merge: {merged.rows:,} live rows, {merged.deleted_rows:,} tombstones")
     with timed(times, "duckdb"):
         theirs = duckdb_current(landing, args.with_schema)
-    ok = check(pipeline.current_rows(spark, warehouse, SOURCE, table).toArrow(), theirs)
+    ok = check(current_rows(spark, warehouse, SOURCE, table).toArrow(), theirs)
 
     n = args.events
     ours = [sum(times[s][i] for s in ("ingest", "normalize", "merge")) for i in (0, 1)]

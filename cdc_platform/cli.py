@@ -334,8 +334,8 @@ def _check_warehouse(path: Path, must_exist: bool) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from cdc_platform import pipeline
     from cdc_platform.spark.session import get_spark
+    from cdc_platform.steps.replay import replay
 
     files = _input_files(args.inputs)
     _check_warehouse(args.warehouse, must_exist=False)
@@ -353,7 +353,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
-    summary, result = pipeline.replay(
+    summary, result = replay(
         get_spark(),
         args.warehouse.resolve(),
         files,
@@ -404,8 +404,8 @@ def _jsonable(value: object) -> object:
 def _show(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
-    from cdc_platform import pipeline
     from cdc_platform.spark.session import get_spark
+    from cdc_platform.steps.merge import current_rows
 
     warehouse = args.warehouse.resolve()
     _check_warehouse(warehouse, must_exist=True)
@@ -414,7 +414,7 @@ def _show(args: argparse.Namespace) -> int:
     state = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source, table))
     key = state.get("key", [])
     if args.layer == "current":
-        df = pipeline.current_rows(spark, warehouse, source, table)
+        df = current_rows(spark, warehouse, source, table)
         order = key
     elif args.layer == "changelog":
         df = lake.read(spark, lake.table_uri(warehouse, lake.CHANGELOG, source, table))

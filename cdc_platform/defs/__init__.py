@@ -1,2 +1,2 @@
-"""The Dagster layer: thin wrappers over the core modules (pipeline, ingest, models, quality,
+"""The Dagster layer: thin wrappers over the core modules (steps, ingest, models, quality,
 freshness). Only here (and in ``cdc_platform.definitions``) is ``dagster`` imported."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from cdc_platform import freshness, pipeline
+from cdc_platform import freshness
 from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
 from cdc_platform.defs import quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES
@@ -30,6 +30,10 @@ from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.sensors import build_landing_sensor
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta
+from cdc_platform.steps.history import update_history
+from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_new, normalize_source, routed_tables
 
 # Every partitioned asset of a chain gets the same policy, or Dagster falls back to one
 # partition per run.
@@ -60,7 +64,7 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
                 (p, str(p.relative_to(landing_dir)))
                 for p in landing.files_for_date(landing_dir, date)
             ]
-            counts[date] = pipeline.ingest_files(
+            counts[date] = ingest_files(
                 lake.warehouse_path, source.name, files, date, whole_date=True
             )
         uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
@@ -139,9 +143,9 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     def changelog(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource):
         if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
             # A sensor run of a Kafka source: only the raw batches not normalized yet.
-            result = pipeline.normalize_new(spark.spark_session, lake.warehouse_path, source)
+            result = normalize_new(spark.spark_session, lake.warehouse_path, source)
         else:
-            result = pipeline.normalize_source(
+            result = normalize_source(
                 spark.spark_session, lake.warehouse_path, source, context.partition_keys
             )
         known = {t.name for t in tables}
@@ -247,7 +251,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         config: RebuildConfig, spark: SparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
         session = spark.spark_session
-        merged = pipeline.merge_current(
+        merged = merge_current(
             session,
             lake.warehouse_path,
             source.name,
@@ -256,7 +260,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             options=table,
         )
         uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
-        rows = pipeline.current_rows(session, lake.warehouse_path, source.name, table.name)
+        rows = current_rows(session, lake.warehouse_path, source.name, table.name)
         key = delta.state(uri).get("key", [])
         return dg.MaterializeResult(
             metadata={
@@ -302,7 +306,7 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
     def history(
         config: RebuildConfig, spark: SparkResource, lake: LakeResource
     ) -> dg.MaterializeResult:
-        built = pipeline.update_history(
+        built = update_history(
             spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
         )
         uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
@@ -322,7 +326,7 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
 def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     """Everything one source contributes: assets, the job its sensor runs, the sensor, and the
     freshness checks of its tables."""
-    tables = [*source.tables, *pipeline.routed_tables(catalog.warehouse_path, source)]
+    tables = [*source.tables, *routed_tables(catalog.warehouse_path, source)]
     raw_key = asset_key(delta.RAW, source.name)
     if source.transport == "kafka":
         raw = build_kafka_raw_asset(source, raw_key)

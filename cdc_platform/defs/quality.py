@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 
 from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
 from cdc_platform.lake import delta
-from cdc_platform.pipeline import MergeResult
 from cdc_platform.quality import docs, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
+from cdc_platform.steps.merge import MergeResult
 
 SEVERITY = {suites.ERROR: dg.AssetCheckSeverity.ERROR, suites.WARN: dg.AssetCheckSeverity.WARN}
 

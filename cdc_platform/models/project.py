@@ -20,7 +20,7 @@ from jinja2 import nodes
 
 from cdc_platform.catalog import Catalog
 from cdc_platform.lake import delta as lake
-from cdc_platform.pipeline import routed_tables
+from cdc_platform.steps.normalize import routed_tables
 
 MATERIALIZATIONS = ("view", "table", "incremental")
 # The layers ``source()`` can read: current tables (live rows) and change logs (every record).

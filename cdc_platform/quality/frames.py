@@ -118,13 +118,13 @@ def current_frame(
     spark: SparkSession, warehouse: Path, source: str, table: str, key: list[str]
 ) -> DataFrame | None:
     """The whole current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row
-    is in the exposed state that readers get from ``pipeline.current_rows``)."""
-    from cdc_platform import pipeline
+    is in the exposed state that readers get from ``steps.merge.current_rows``)."""
+    from cdc_platform.steps.merge import current_rows
 
     df = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, source, table))
     if df is None:
         return None
-    exposed = pipeline.current_rows(spark, warehouse, source, table)
+    exposed = current_rows(spark, warehouse, source, table)
     exposed_keys = exposed.select(*key).distinct().withColumn("__exposed", F.lit(True))
     columns = [*key, C.SEQUENCE_COL, C.DELETED_COL]
     return (

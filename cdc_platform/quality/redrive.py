@@ -1,12 +1,12 @@
 """Redrive: re-process quarantined messages through the current configuration.
 
 The messages are read again from raw (by the coordinates the quarantine recorded) and go through
-the same parse, plan and typing steps as ``pipeline.normalize_source``. Whatever now succeeds is
-written to its change log (DDL and control logs too); then, last, the selected quarantine rows
-are replaced by the rows that still fail (with their new reasons). A crash between the two leaves
-a message in both places, never in neither, and a rerun is harmless: outputs are replaced by
-``sequence`` (unique per change record), so nothing is written twice, and the merge into
-current ignores a change whose sequence it already applied.
+the same parse, plan and typing steps as ``steps.normalize.normalize_source``. Whatever now
+succeeds is written to its change log (DDL and control logs too); then, last, the selected
+quarantine rows are replaced by the rows that still fail (with their new reasons). A crash
+between the two leaves a message in both places, never in neither, and a rerun is harmless:
+outputs are replaced by ``sequence`` (unique per change record), so nothing is written twice,
+and the merge into current ignores a change whose sequence it already applied.
 
 A message whose success depends on another message of its batch stays: an ``UPDATE_BEFOR``
 quarantined because its partner was missing is redriven alone, so it stays unpaired.
@@ -23,11 +23,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.lake import delta as lake
 from cdc_platform.quality.frames import COORDINATES, coordinate_key
 from cdc_platform.spark import normalize
+from cdc_platform.steps.history import update_history
+from cdc_platform.steps.merge import merge_current
+from cdc_platform.steps.normalize import split_parsed
 
 # Rows per replace commit: predicates listing values stay a reasonable size for delta-rs.
 CHUNK = 500
@@ -131,9 +133,9 @@ def redrive(
     if merge:
         for name in result.changes:
             options = source.table_config(name)
-            pipeline.merge_current(spark, warehouse, source.name, name, options=options)
+            merge_current(spark, warehouse, source.name, name, options=options)
             if options.history:
-                pipeline.update_history(spark, warehouse, source.name, options)
+                update_history(spark, warehouse, source.name, options)
     return result
 
 
@@ -145,9 +147,9 @@ def _key(row: dict) -> str:
 def _write_outputs(
     warehouse: Path, source: SourceConfig, parsed: DataFrame, result: RedriveResult
 ) -> pa.Table:
-    """``pipeline.split_parsed`` on the redriven messages, writing change, DDL and control
+    """``steps.normalize.split_parsed`` on the redriven messages, writing change, DDL and control
     records by sequence; returns the quarantine rows of what still fails."""
-    split = pipeline.split_parsed(warehouse, source, parsed)
+    split = split_parsed(warehouse, source, parsed)
     bad = split.quarantine
     for plan, data in split.tables:
         uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)

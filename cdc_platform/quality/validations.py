@@ -93,7 +93,7 @@ def validate_current(
     merge: dict[str, int] | None = None,
 ) -> list[SuiteRun]:
     """The current-table suite, and with ``merge`` (live_before, truncated_live, made_live,
-    made_dead, live_after: ``pipeline.MergeResult``) the live-row balance of that merge."""
+    made_dead, live_after: ``steps.merge.MergeResult``) the live-row balance of that merge."""
     quality = quality_of(source, source.table_config(table))
     key = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source.name, table)).get("key")
     frame = frames.current_frame(spark, warehouse, source.name, table, key) if key else None

@@ -4,9 +4,11 @@ quarantine, the rows the generator meant."""
 
 import pytest
 
-from cdc_platform import demo, pipeline
+from cdc_platform import demo
 from cdc_platform.catalog import load_catalog
 from cdc_platform.ingest import kafka
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_new
 from tests.defs.test_pipeline_in_dagster import ROOT
 
 pytestmark = pytest.mark.spark
@@ -24,17 +26,17 @@ def test_demo_traffic_reaches_the_crm_tables(spark, kafka_bootstrap, tmp_path, m
     warehouse = catalog.warehouse_path
 
     assert kafka.ingest_kafka(warehouse, source).records == sent
-    result = pipeline.normalize_new(spark, warehouse, source)
+    result = normalize_new(spark, warehouse, source)
     for table in ("accounts", "tickets"):
-        pipeline.merge_current(spark, warehouse, "crm", table, options=source.table_config(table))
+        merge_current(spark, warehouse, "crm", table, options=source.table_config(table))
 
     # Each batch: Canal's INSERT message carries 5 rows, so records outnumber messages.
     assert sent == 26 and result.messages == 38
     assert (result.quarantined, result.control) == (0, 3)
     assert result.tables["accounts"].ops == {"c": 15, "u": 6, "d": 2}
     assert result.tables["tickets"].ops == {"c": 9, "u": 3}
-    accounts = pipeline.current_rows(spark, warehouse, "crm", "accounts").toArrow()
-    tickets = pipeline.current_rows(spark, warehouse, "crm", "tickets").toArrow()
+    accounts = current_rows(spark, warehouse, "crm", "accounts").toArrow()
+    tickets = current_rows(spark, warehouse, "crm", "tickets").toArrow()
     assert accounts.num_rows == 13 and tickets.num_rows == 9
     assert dict(zip(accounts.column_names, map(str, accounts.schema.types), strict=True)) == {
         "id": "int32", "name": "string", "tier": "string", "balance": "decimal128(12, 2)"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from cdc_platform import freshness, pipeline
+from cdc_platform import freshness
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.kafka import INCREMENTAL, INCREMENTAL_TAG, run_key, today
@@ -26,6 +26,8 @@ from cdc_platform.defs.resources import build_resources
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_new
 from tests.conftest import CORPUS
 from tests.kafka.test_kafka_ingest import _produce, _topic
 from tests.spark.test_corpus_debezium import _column_types, _comparable
@@ -120,7 +122,7 @@ class _Location:
 
 
 def _current(spark, warehouse: Path, table: str, entry: dict) -> list[dict]:
-    rows = pipeline.current_rows(spark, warehouse, "k", table)
+    rows = current_rows(spark, warehouse, "k", table)
     return _comparable(rows.orderBy(*entry["primary_key"]).toArrow().to_pylist(), entry)
 
 
@@ -293,7 +295,6 @@ _CRASH = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from cdc_platform import pipeline
     from cdc_platform.catalog import load_catalog
     from cdc_platform.lake import delta as lake
     from cdc_platform.spark.session import get_spark
@@ -307,7 +308,7 @@ _CRASH = textwrap.dedent(
         return real(uri, data, raw_version, metadata)
 
     lake.append_normalized = append_then_die
-    pipeline.normalize_new(get_spark("local[1]"), catalog.warehouse_path, catalog.source("k"))
+    normalize_new(get_spark("local[1]"), catalog.warehouse_path, catalog.source("k"))
     """
 )
 
@@ -334,11 +335,11 @@ def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
     # More records arrive before the rerun; the rerun finishes the crashed batch, then the rest.
     _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[10:]])
     kafka.ingest_kafka(warehouse, source)
-    pipeline.normalize_new(spark, warehouse, source)
-    pipeline.merge_current(spark, warehouse, "k", table)
+    normalize_new(spark, warehouse, source)
+    merge_current(spark, warehouse, "k", table)
 
     coordinates = _changelog_coordinates(warehouse, table)
     assert len(coordinates) == len(set(coordinates))
     assert set(written) <= set(coordinates)
     assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
-    assert pipeline.normalize_new(spark, warehouse, source).messages == 0  # nothing left
+    assert normalize_new(spark, warehouse, source).messages == 0  # nothing left

@@ -14,12 +14,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import KafkaConfig, SourceConfig, TableConfig
 from cdc_platform.ingest import kafka
 from cdc_platform.ingest.landing import RAW_SCHEMA
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_source
 from tests.conftest import CORPUS, FIXTURES
 from tests.spark.test_corpus_debezium import _column_types, _comparable
 
@@ -355,15 +356,15 @@ def test_corpus_and_seed_topics_through_normalize_and_merge(
     )
 
     assert [r.records for r in _run_until_empty(warehouse, source, max_records=8)] == [8, 8, 4]
-    result = pipeline.normalize_source(spark, warehouse, source, [DATE])
-    merged = pipeline.merge_current(spark, warehouse, "k", products)
+    result = normalize_source(spark, warehouse, source, [DATE])
+    merged = merge_current(spark, warehouse, "k", products)
 
     assert (result.messages, result.control, result.quarantined) == (20, 1, 0)  # the tombstone
     ops = result.tables[products].ops
     assert (ops.get("c", 0) + ops.get("r", 0), ops.get("u"), ops.get("d")) == (
         entry["counts"]["insert"], entry["counts"]["update"], entry["counts"]["delete"]
     )  # fmt: skip
-    rows = pipeline.current_rows(spark, warehouse, "k", products)
+    rows = current_rows(spark, warehouse, "k", products)
     current = rows.orderBy(*entry["primary_key"]).toArrow().to_pylist()
     assert _comparable(current, entry) == _comparable(entry["final_state"], entry)
     assert merged.rows == len(entry["final_state"])

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import Catalog, load_catalog
 from cdc_platform.demo import write_demo_traffic
 from cdc_platform.models.project import Project, catalog_tables, load_project
+from cdc_platform.steps.replay import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "dbt_like_models"
@@ -23,7 +23,7 @@ def replay_demo_batch(
     for path in write_demo_traffic(landing, batch, day):
         source = path.parent.parent.name
         if sources is None or source in sources:
-            pipeline.replay(spark, warehouse, [path], catalog.source(source), day)
+            replay(spark, warehouse, [path], catalog.source(source), day)
 
 
 @pytest.fixture(scope="session")

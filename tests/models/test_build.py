@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform import pipeline
 from cdc_platform.lake import delta
 from cdc_platform.models.build import build_model, model_uri
 from cdc_platform.models.checks import run_tests
 from cdc_platform.models.commands import compile_models, run_models
 from cdc_platform.models.compile import check_sql, render
 from cdc_platform.models.project import ModelError, catalog_tables, load_project
+from cdc_platform.steps.merge import current_rows
 from tests.models.conftest import MODELS, NEXT_DAY, replay_demo_batch
 
 pytestmark = pytest.mark.spark
@@ -26,7 +26,7 @@ def rows(warehouse: Path, name: str, order: str) -> list[dict]:
 
 
 def live(spark, warehouse: Path, table: str) -> list[dict]:
-    return pipeline.current_rows(spark, warehouse, "shop", table).toArrow().to_pylist()
+    return current_rows(spark, warehouse, "shop", table).toArrow().to_pylist()
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@
 import dagster as dg
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs, model_key
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.lake import delta
+from cdc_platform.steps.merge import current_rows
 
 pytestmark = pytest.mark.spark
 
@@ -65,8 +65,8 @@ def test_materializing_the_models_builds_them_and_runs_their_tests(
     # Orders of the customer the demo deletes: the relationship test is only a warning.
     warn = evaluations[("models/order_facts", "customer_id__relationships")]
     assert warn.severity == dg.AssetCheckSeverity.WARN
-    orders = pipeline.current_rows(spark, warehouse_copy, "shop", "orders").toArrow()
-    customers = pipeline.current_rows(spark, warehouse_copy, "shop", "customers").toArrow()
+    orders = current_rows(spark, warehouse_copy, "shop", "orders").toArrow()
+    customers = current_rows(spark, warehouse_copy, "shop", "customers").toArrow()
     orphans = set(orders["customer_id"].to_pylist()) - set(customers["id"].to_pylist())
     assert orphans and set(warn.metadata["sample"].data) == {str(c) for c in orphans}
     assert warn.metadata["failing_rows"].value == sum(

@@ -21,10 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.lake import delta as lake
 from cdc_platform.quality import validations
+from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.normalize import normalize_source
 from tests.quality.corpus import messages
 
 pytestmark = pytest.mark.spark
@@ -80,8 +81,8 @@ def _check_in(spark, warehouse: Path, fmt: str, batch: list[tuple[str, bytes | N
     landing = warehouse.parent / "m.kafka.jsonl"
     _land(landing, [v for _, v in batch])
     source = SourceConfig(name="fz", format=fmt)
-    pipeline.ingest_files(warehouse, "fz", [(landing, landing.name)], DATE, whole_date=True)
-    pipeline.normalize_source(spark, warehouse, source, [DATE])  # must not raise
+    ingest_files(warehouse, "fz", [(landing, landing.name)], DATE, whole_date=True)
+    normalize_source(spark, warehouse, source, [DATE])  # must not raise
     assert lake.row_count(lake.table_uri(warehouse, lake.RAW, "fz")) == len(batch)
     run = validations.validate_reconciliation(spark, warehouse, source, [DATE])
     assert run.success, run.rule("raw_messages_accounted").sample

@@ -5,12 +5,14 @@ import shutil
 import pyarrow.compute as pc
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.lake import delta as lake
 from cdc_platform.quality import redrive as redrive_module
 from cdc_platform.quality import validations
 from cdc_platform.quality.redrive import redrive
+from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.normalize import normalize_source
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.spark
@@ -39,8 +41,8 @@ def warehouse(spark, landed, tmp_path):
     root, landing = landed
     template = root / "warehouse"
     if not template.exists():
-        pipeline.ingest_files(template, "rd", [(landing, landing.name)], DATE, whole_date=True)
-        pipeline.normalize_source(spark, template, BEFORE_FIX, [DATE])
+        ingest_files(template, "rd", [(landing, landing.name)], DATE, whole_date=True)
+        normalize_source(spark, template, BEFORE_FIX, [DATE])
     shutil.copytree(template, tmp_path / "warehouse")
     return tmp_path / "warehouse"
 
@@ -50,7 +52,7 @@ def _quarantine(warehouse) -> list[dict]:
 
 
 def _current_ids(spark, warehouse) -> list[str]:
-    rows = pipeline.current_rows(spark, warehouse, "rd", "products")
+    rows = current_rows(spark, warehouse, "rd", "products")
     return sorted(r["id"] for r in rows.toArrow().to_pylist())  # fmt: skip
 
 

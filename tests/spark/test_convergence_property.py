@@ -28,9 +28,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.lake import delta as lake
+from cdc_platform.steps.history import update_history
+from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.merge import MergeResult, current_rows, merge_current
+from cdc_platform.steps.normalize import normalize_source
 from tests.reference_model import (
     COLUMNS,
     PLACEHOLDER,
@@ -207,7 +210,7 @@ def _land_date(root: Path, day: str, records: list[Record]) -> None:
     path = root / "landing" / SOURCE.name / f"dt={day}" / "000.kafka.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r.kafka_line()) + "\n" for r in records))
-    pipeline.ingest_files(root / "warehouse", SOURCE.name, [(path, path.name)], day, True)
+    ingest_files(root / "warehouse", SOURCE.name, [(path, path.name)], day, True)
 
 
 def _rows(spark, uri: str) -> list[dict]:
@@ -223,7 +226,7 @@ def _assert_change_log_is_a_fresh_normalization(spark, root: Path, files: list[l
     dates = _dates(len(files))
     for day, records in zip(dates, files, strict=True):
         _land_date(fresh, day, records)
-    pipeline.normalize_source(spark, fresh / "warehouse", SOURCE, dates)
+    normalize_source(spark, fresh / "warehouse", SOURCE, dates)
     for layer, table in ((lake.CHANGELOG, TABLE), (lake.CONTROL, None)):
         ours = _rows(spark, lake.table_uri(root / "warehouse", layer, SOURCE.name, table))
         theirs = _rows(spark, lake.table_uri(fresh / "warehouse", layer, SOURCE.name, table))
@@ -231,7 +234,7 @@ def _assert_change_log_is_a_fresh_normalization(spark, root: Path, files: list[l
 
 
 def _lake_rows(spark, warehouse: Path) -> dict[int, dict]:
-    df = pipeline.current_rows(spark, warehouse, SOURCE.name, TABLE)
+    df = current_rows(spark, warehouse, SOURCE.name, TABLE)
     rows = [] if df is None else df.toArrow().to_pylist()
     return {r["id"]: {c: r.get(c) for c in COLUMNS} for r in rows}
 
@@ -332,17 +335,17 @@ def _reprocess(
             if records is not None:
                 files[i] = records
                 _land_date(root, dates[i], records)
-            result = pipeline.normalize_source(spark, warehouse, SOURCE, [dates[i]])
+            result = normalize_source(spark, warehouse, SOURCE, [dates[i]])
             assert result.quarantined == 0, result.quarantine_reasons
             done.add(i)
             seen = [r for j in done for r in files[j]]
             why = _explain(files, steps, step)
             if check_history:  # history reads the change log only: no current merge needed
-                pipeline.update_history(spark, warehouse, SOURCE.name, SOURCE.tables[0])
+                update_history(spark, warehouse, SOURCE.name, SOURCE.tables[0])
                 expected = _model_history(seen)
                 assert _lake_history(spark, warehouse) == expected, why
             else:
-                merged = pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE)
+                merged = merge_current(spark, warehouse, SOURCE.name, TABLE)
                 _assert_live_balance(merged)
                 expected = current_state(seen)
                 assert _lake_rows(spark, warehouse) == expected, why
@@ -350,21 +353,19 @@ def _reprocess(
         layer = lake.HISTORY if check_history else lake.CURRENT
         incremental = _rows(spark, lake.table_uri(warehouse, layer, SOURCE.name, TABLE))
         if check_history:
-            pipeline.update_history(
-                spark, warehouse, SOURCE.name, SOURCE.tables[0], full_refresh=True
-            )
+            update_history(spark, warehouse, SOURCE.name, SOURCE.tables[0], full_refresh=True)
             assert _lake_history(spark, warehouse) == expected, "full refresh differs"
         else:
-            merged = pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE, full_refresh=True)
+            merged = merge_current(spark, warehouse, SOURCE.name, TABLE, full_refresh=True)
             _assert_live_balance(merged)
             assert _lake_rows(spark, warehouse) == expected, "full refresh differs"
             # Nothing new: the merge changes nothing and its balance still holds.
-            _assert_live_balance(pipeline.merge_current(spark, warehouse, SOURCE.name, TABLE))
+            _assert_live_balance(merge_current(spark, warehouse, SOURCE.name, TABLE))
         rebuilt = _rows(spark, lake.table_uri(warehouse, layer, SOURCE.name, TABLE))
         assert incremental == rebuilt, f"{layer} differs from a full rebuild (tombstones too)"
 
 
-def _assert_live_balance(merged: pipeline.MergeResult) -> None:
+def _assert_live_balance(merged: MergeResult) -> None:
     """The quality check's row balance, computed apart from the MERGE, holds on every merge."""
     live = merged.live_before - merged.truncated_live + merged.made_live - merged.made_dead
     assert merged.rows == live, merged

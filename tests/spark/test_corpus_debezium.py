@@ -4,10 +4,11 @@ import struct
 
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.spark
@@ -31,7 +32,7 @@ def _comparable(rows: list[dict], entry: dict) -> list[dict]:
 
 
 def _replay(spark, warehouse, entry: dict, path) -> tuple[dict, list[dict]]:
-    summary, _ = pipeline.replay(
+    summary, _ = replay(
         spark,
         warehouse,
         [path],
@@ -40,7 +41,7 @@ def _replay(spark, warehouse, entry: dict, path) -> tuple[dict, list[dict]]:
         key_override=entry["primary_key"],
         types_override=_column_types(entry),
     )
-    rows = pipeline.current_rows(spark, warehouse, "corpus", table_name(entry["table"]))
+    rows = current_rows(spark, warehouse, "corpus", table_name(entry["table"]))
     ordered = rows.orderBy(*entry["primary_key"]).toArrow().to_pylist()
     return summary, ordered
 

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.lake import delta as lake
+from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.replay import replay
 
 pytestmark = pytest.mark.spark
 NOW_MS = 1_900_000_000_000  # 2030: event times in the future of any test run
@@ -49,12 +50,12 @@ def _replay(spark, warehouse, tmp_path, day, events, table=None):
         format="debezium",
         tables=[table or TableConfig(name="t", source_table="app.public.t")],
     )
-    summary, result = pipeline.replay(spark, warehouse, [path], source, day)
+    summary, result = replay(spark, warehouse, [path], source, day)
     return result
 
 
 def _rows(spark, warehouse):
-    df = pipeline.current_rows(spark, warehouse, "s", "t")
+    df = current_rows(spark, warehouse, "s", "t")
     return sorted(df.toArrow().to_pylist(), key=lambda r: r["id"])
 
 
@@ -152,7 +153,7 @@ def test_tombstone_retention(spark, warehouse, tmp_path, retention):
         _event("c", 12, after={"id": 2, "name": "b"}, ts_ms=OLD_MS),
         _event("d", 13, before={"id": 2, "name": "b"}, ts_ms=NOW_MS),
     ], table)  # fmt: skip
-    merged = pipeline.merge_current(spark, warehouse, "s", "t", options=table)
+    merged = merge_current(spark, warehouse, "s", "t", options=table)
     assert merged.rows == 0
     # The 2020 tombstone is past 30 days; the 2030 one is not.
     assert merged.deleted_rows == (2 if retention is None else 1)
@@ -173,7 +174,7 @@ def test_ddl_events_are_kept_per_table(spark, warehouse, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])
     for _ in range(2):  # reprocessing the date replaces its DDL rows
-        _, result = pipeline.replay(spark, warehouse, [path], source, "2026-01-01")
+        _, result = replay(spark, warehouse, [path], source, "2026-01-01")
         assert result.ddl_by_table == {"t": 1}
     ddl = lake.read(spark, lake.table_uri(warehouse, lake.DDL, "s", "t")).toArrow().to_pylist()
     assert [(r["statement"], r["table"], r["offset"]) for r in ddl] == [(alter, "t", 1)]

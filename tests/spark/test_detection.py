@@ -5,8 +5,9 @@ import struct
 
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.spark
@@ -47,13 +48,13 @@ def test_a_topic_mixing_four_formats_replays_to_the_right_tables(
     ]
     source = SourceConfig(name="mixed", format="auto", tables=tables)
 
-    summary, result = pipeline.replay(spark, warehouse, [path], source, "2026-01-01")
+    summary, result = replay(spark, warehouse, [path], source, "2026-01-01")
 
     assert summary["quarantined"] == 0
     assert result.ddl == expected["canal/canal-data.txt"]["counts"]["other"]
     for name, table in MIXED.items():
         entry = expected[name]
-        rows = pipeline.current_rows(spark, warehouse, "mixed", table)
+        rows = current_rows(spark, warehouse, "mixed", table)
         got = rows.orderBy("id").toArrow().to_pylist()
         want = entry["final_state"]
         assert [{**r, "weight": _f32(r["weight"])} for r in got] == [

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canal
 from cdc_platform.formats import canonical as C
@@ -19,6 +18,8 @@ from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS, FIXTURES, SEEDS
 
 pytestmark = pytest.mark.spark
@@ -45,11 +46,11 @@ def _source(convention: str = "current", tables=(), name: str = "t") -> SourceCo
 
 
 def _replay(spark, warehouse, files, source: SourceConfig, **kw):
-    return pipeline.replay(spark, warehouse, files, source, DATE, **kw)
+    return replay(spark, warehouse, files, source, DATE, **kw)
 
 
 def _current(spark, warehouse, qualified: str, order: str = "id", source: str = "t") -> list:
-    df = pipeline.current_rows(spark, warehouse, source, table_name(qualified))
+    df = current_rows(spark, warehouse, source, table_name(qualified))
     return df.orderBy(order).toArrow().to_pylist()
 
 
@@ -445,7 +446,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
             other["final_state"], entry, cols
         )
     # Types come from mysqlType.
-    df = pipeline.current_rows(spark, warehouse, "t", table_name(entry["table"]))
+    df = current_rows(spark, warehouse, "t", table_name(entry["table"]))
     types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     assert {c: types[c] for c in columns} == {
         "id": "int",
@@ -461,7 +462,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
         log = _changelog(spark, warehouse, entry["table"])
         assert [r["op"] for r in log[:9]] == ["r"] * 9
     if others:
-        orders = pipeline.current_rows(spark, warehouse, "t", table_name("mydb.orders")).schema
+        orders = current_rows(spark, warehouse, "t", table_name("mydb.orders")).schema
         assert orders["order_date"].dataType.simpleString() == "date"
 
 

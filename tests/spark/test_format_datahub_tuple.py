@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import datahub_tuple, detect
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.spark
@@ -91,14 +92,14 @@ def _user(i: int, name: str, score: float) -> dict:
 
 
 def _replay(spark, warehouse, files):
-    return pipeline.replay(
+    return replay(
         spark, warehouse, files, SourceConfig(name=SOURCE, format="datahub-tuple"), DATE,
         key_override=["id"], types_override=TYPES,
     )  # fmt: skip
 
 
 def _current(spark, warehouse, qualified: str) -> list[dict]:
-    df = pipeline.current_rows(spark, warehouse, SOURCE, table_name(qualified))
+    df = current_rows(spark, warehouse, SOURCE, table_name(qualified))
     return df.orderBy("id").toArrow().to_pylist()
 
 

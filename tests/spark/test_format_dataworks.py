@@ -19,13 +19,14 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import dataworks, detect
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS, FIXTURES, SEEDS
 
 pytestmark = pytest.mark.spark
@@ -65,7 +66,7 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 
 def _replay(spark, warehouse, files, key=None, types=None):
-    return pipeline.replay(
+    return replay(
         spark, warehouse, files, SourceConfig(name=SOURCE, format="dataworks"), DATE,
         key_override=key, types_override=types,
     )  # fmt: skip
@@ -82,7 +83,7 @@ def _quarantine(spark, warehouse) -> list[dict]:
 
 
 def _current(spark, warehouse, qualified: str, order: list[str]) -> list[dict]:
-    df = pipeline.current_rows(spark, warehouse, SOURCE, table_name(qualified))
+    df = current_rows(spark, warehouse, SOURCE, table_name(qualified))
     return df.orderBy(*order).toArrow().to_pylist()
 
 
@@ -348,7 +349,7 @@ def _comparable(spark, warehouse, entry: dict) -> list[dict]:
     rather than loosening the expectation. ``val`` (DOUBLE sent as the string '1.100000') is a
     real double here and compares equal to the number 1.1.
     """
-    df = pipeline.current_rows(spark, warehouse, SOURCE, table_name(entry["table"]))
+    df = current_rows(spark, warehouse, SOURCE, table_name(entry["table"]))
     as_ms = [
         F.unix_millis(f.name).alias(f.name) if f.dataType == T.TimestampType() else F.col(f.name)
         for f in df.schema.fields
@@ -367,7 +368,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
     summary, result = _replay(spark, warehouse, [CORPUS / name])  # key from schema.primaryKey
 
     assert result.tables[table_name(entry["table"])].key == entry["primary_key"]
-    current = pipeline.current_rows(spark, warehouse, SOURCE, table_name(entry["table"]))
+    current = current_rows(spark, warehouse, SOURCE, table_name(entry["table"]))
     assert _columns(current.schema) == {
         "id": T.LongType(), "val": T.DoubleType(), "name": T.StringType(),
         "create_time": T.TimestampType(),

@@ -17,7 +17,6 @@ import fastavro
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect, dts_avro
@@ -25,6 +24,8 @@ from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import SHARED
 
 pytestmark = pytest.mark.spark
@@ -418,7 +419,7 @@ def _messages() -> list[bytes | None]:
 
 def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
     path = write_messages(tmp_path / "dts.kafka.jsonl", _messages())
-    summary, result = pipeline.replay(
+    summary, result = replay(
         spark, warehouse, [path], SourceConfig(name="t", format="dts-avro"), DATE
     )
 
@@ -428,7 +429,7 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
     assert (result.control, result.ddl) == (5, 1)  # BEGIN COMMIT HEARTBEAT ROLLBACK tombstone
     assert result.tables[table_name(CUSTOMERS)].key == ["id"]  # from pk_uk_info
 
-    rows = pipeline.current_rows(spark, warehouse, "t", table_name(CUSTOMERS))
+    rows = current_rows(spark, warehouse, "t", table_name(CUSTOMERS))
     current = {r["id"]: r for r in rows.toArrow().to_pylist()}
     assert sorted(current) == [1, 3, 4, 5]
     assert (current[1]["name"], current[1]["balance"]) == ("ann b.", Decimal("99.00"))
@@ -446,7 +447,7 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
         "doc": '{"vip": true}',
         "wake": "-838:59:59",
     }
-    orders = pipeline.current_rows(spark, warehouse, "t", table_name(ORDERS))
+    orders = current_rows(spark, warehouse, "t", table_name(ORDERS))
     assert [r["order_id"] for r in orders.collect()] == [3]  # truncated before order 3
 
     changelog = lake.read(spark, lake.table_uri(warehouse, lake.CHANGELOG, "t", "mydb__customers"))

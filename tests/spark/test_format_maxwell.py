@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import maxwell
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.spark
@@ -53,7 +54,7 @@ def _parse(spark, tmp_path: Path, messages: list) -> list[dict]:
 
 
 def _current(spark, warehouse, qualified: str) -> list[dict]:
-    df = pipeline.current_rows(spark, warehouse, "t", table_name(qualified))
+    df = current_rows(spark, warehouse, "t", table_name(qualified))
     return df.orderBy("id").toArrow().to_pylist()
 
 
@@ -185,7 +186,7 @@ def test_images_order_event_time_and_transaction(spark, tmp_path):
 def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     name = "maxwell/maxwell-data.txt"
     entry = expected[name]
-    summary, result = pipeline.replay(
+    summary, result = replay(
         spark, warehouse, [CORPUS / name], SOURCE, DATE,
         key_override=entry["primary_key"], types_override=_column_types(entry),
     )  # fmt: skip
@@ -254,7 +255,7 @@ def test_end_to_end(spark, warehouse, tmp_path):
     # a decimal wider than a double: exact from the wire to the table
     text = path.read_text().replace('"price": 0}', '"price": 12345678901234567890.123456789}')
     path.write_text(text)
-    summary, result = pipeline.replay(
+    summary, result = replay(
         spark,
         warehouse,
         [path],

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import ogg
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.spark
@@ -46,7 +47,7 @@ def _write(path: Path, messages: list) -> Path:
 
 
 def _current(spark, warehouse, qualified: str, order: str = "ID") -> list[dict]:
-    df = pipeline.current_rows(spark, warehouse, "t", table_name(qualified))
+    df = current_rows(spark, warehouse, "t", table_name(qualified))
     return df.orderBy(order).toArrow().to_pylist()
 
 
@@ -128,7 +129,7 @@ def test_parse_returns_the_parsed_schema_and_never_raises(spark, tmp_path):
 def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     name = "ogg/ogg-data.txt"
     entry = expected[name]
-    summary, result = pipeline.replay(
+    summary, result = replay(
         spark, warehouse, [CORPUS / name], SOURCE, DATE,
         key_override=entry["primary_key"], types_override=_column_types(entry),
     )  # fmt: skip
@@ -180,7 +181,7 @@ def test_end_to_end(spark, warehouse, tmp_path):
     )
     text = path.read_text().replace('"SAL": 0}', '"SAL": 12345678901234567890.123456789}')
     path.write_text(text)
-    summary, result = pipeline.replay(
+    summary, result = replay(
         spark, warehouse, [path], SOURCE, DATE, types_override={"ID": "int", "SAL": "decimal(38,9)"}
     )
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect, shareplex
 from cdc_platform.ingest import landing
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.spark
@@ -56,14 +57,14 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 
 def _replay(spark, warehouse, files, key=None, types=None):
-    return pipeline.replay(
+    return replay(
         spark, warehouse, files, SourceConfig(name="t", format="shareplex"), DATE,
         key_override=key, types_override=types,
     )  # fmt: skip
 
 
 def _current(spark, warehouse, qualified: str) -> dict:
-    df = pipeline.current_rows(spark, warehouse, "t", table_name(qualified))
+    df = current_rows(spark, warehouse, "t", table_name(qualified))
     rows = df.toArrow().to_pylist()
     key = "MIO_LOG_ID" if qualified == MIO_LOG else "ID"
     return {r[key]: r for r in rows}

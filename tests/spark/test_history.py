@@ -1,4 +1,4 @@
-"""SCD type 2 history (``pipeline.update_history``) on hand-built change-log batches in Delta."""
+"""SCD type 2 history (``steps.history.update_history``) on hand-built change-log batches."""
 
 import random
 from datetime import UTC, datetime, timedelta
@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import TableConfig
 from cdc_platform.lake import delta as lake
+from cdc_platform.steps.history import update_history
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +40,7 @@ def _write(spark, warehouse, day, changes):
 
 def _history(spark, warehouse, table=TABLE, full_refresh=False):
     """Run the step; the history rows as (id, a, b, start, end, current, deleted, op)."""
-    pipeline.update_history(spark, warehouse, "s", table, full_refresh=full_refresh)
+    update_history(spark, warehouse, "s", table, full_refresh=full_refresh)
     return _rows(spark, warehouse)
 
 
@@ -135,7 +135,7 @@ def test_late_event_splits_a_version(spark, warehouse):
         _v(2, "x", "y", 2, None, "c"),
     ]  # fmt: skip
     _write(spark, warehouse, "2026-01-01", [_change("u", 3, 1, "a3", "b3")])
-    result = pipeline.update_history(spark, warehouse, "s", TABLE)
+    result = update_history(spark, warehouse, "s", TABLE)
     assert _rows(spark, warehouse) == [
         _v(1, "a1", "b1", 1, 3, "c"), _v(1, "a3", "b3", 3, 5, "u"),
         _v(1, "a5", "b1", 5, None, "u"),  # a full image: b goes back to b1
@@ -209,12 +209,12 @@ def test_reprocessing_in_any_order_matches_an_in_order_replay(spark, tmp_path):
         _write(spark, shuffled, day, DAYS[day])
         _history(spark, shuffled)
     assert _rows(spark, shuffled) == expected
-    again = pipeline.update_history(spark, shuffled, "s", TABLE)
+    again = update_history(spark, shuffled, "s", TABLE)
     assert (again.versions_written, again.versions_removed) == (0, 0)
 
     # A partition reprocessed with an event fewer: the versions it gave vanish.
     _write(spark, shuffled, "2026-01-04", DAYS["2026-01-04"][1:])
-    result = pipeline.update_history(spark, shuffled, "s", TABLE)
+    result = update_history(spark, shuffled, "s", TABLE)
     fewer = _rows(spark, shuffled)
     assert [r for r in fewer if r[0] == 4] == [_v(4, "p", "q", 10, None, "r")]
     assert result.versions_removed == 1

@@ -2,9 +2,9 @@
 
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import TableConfig
 from cdc_platform.lake import delta as lake
+from cdc_platform.steps.merge import current_rows, merge_current
 
 pytestmark = pytest.mark.spark
 
@@ -34,8 +34,8 @@ def _write_batch(spark, warehouse, day, changes):
 
 
 def _state(spark, warehouse, options=None):
-    pipeline.merge_current(spark, warehouse, "s", "t", options=options)
-    rows = pipeline.current_rows(spark, warehouse, "s", "t")
+    merge_current(spark, warehouse, "s", "t", options=options)
+    rows = current_rows(spark, warehouse, "s", "t")
     return sorted(tuple(r.values()) for r in rows.toArrow().to_pylist())
 
 
@@ -92,8 +92,8 @@ def test_rebuilding_and_replaying_converge(spark, warehouse):
         _change("c", 1, 1, "a", "b"), _change("c", 2, 2, "c", "d"), _change("d", 3, 1),
     ])  # fmt: skip
     assert _state(spark, warehouse) == first == [(2, "c", "d")]
-    pipeline.merge_current(spark, warehouse, "s", "t", full_refresh=True)
-    rows = pipeline.current_rows(spark, warehouse, "s", "t").toArrow().to_pylist()
+    merge_current(spark, warehouse, "s", "t", full_refresh=True)
+    rows = current_rows(spark, warehouse, "s", "t").toArrow().to_pylist()
     assert sorted(tuple(r.values()) for r in rows) == first
 
 

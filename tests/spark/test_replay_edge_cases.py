@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 
 pytestmark = pytest.mark.spark
 SOURCE = SourceConfig(name="edge", format="auto")
@@ -24,7 +25,7 @@ def _land(tmp_path, name, records):
 
 
 def _rows(spark, warehouse):
-    df = pipeline.current_rows(spark, warehouse, "edge", "app__t")
+    df = current_rows(spark, warehouse, "edge", "app__t")
     return sorted(tuple(r.values()) for r in df.toArrow().to_pylist())
 
 
@@ -34,12 +35,12 @@ def test_internal_names_as_columns_and_truncate_only_batch(spark, warehouse, tmp
         {"offset": 0, "key": {"k": 1}, "value": _event("c", 10, after=row)},
         {"offset": 1, "key": {"k": 2}, "value": _event("c", 20, after={**row, "k": 2})},
     ])  # fmt: skip
-    summary, _ = pipeline.replay(spark, warehouse, [first], SOURCE, "2026-01-01")
+    summary, _ = replay(spark, warehouse, [first], SOURCE, "2026-01-01")
     assert summary["tables"]["app.t"]["rows"] == 2
     assert _rows(spark, warehouse)[0] == ("1", "x", "o", "s", "i")
 
     # A truncate names no key columns: the table's recorded key applies.
     truncate = _land(tmp_path, "b.jsonl", [_event("t", 30)])
-    summary, _ = pipeline.replay(spark, warehouse, [truncate], SOURCE, "2026-01-02")
+    summary, _ = replay(spark, warehouse, [truncate], SOURCE, "2026-01-02")
     assert summary["quarantined"] == 0
     assert _rows(spark, warehouse) == []

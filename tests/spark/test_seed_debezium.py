@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import types as T
 
-from cdc_platform import pipeline
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import debezium
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
+from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.spark
@@ -67,14 +68,14 @@ def _kafka(offset: int, key: object, value: object) -> str:
 
 
 def _replay(spark, warehouse, files, key=None, types=None):
-    return pipeline.replay(
+    return replay(
         spark, warehouse, files, SourceConfig(name="seed", format="debezium"), DATE,
         key_override=key, types_override=types,
     )  # fmt: skip
 
 
 def _current(spark, warehouse, qualified: str, order: str) -> list[dict]:
-    df = pipeline.current_rows(spark, warehouse, "seed", table_name(qualified))
+    df = current_rows(spark, warehouse, "seed", table_name(qualified))
     return df.orderBy(order).toArrow().to_pylist()
 
 
@@ -214,7 +215,7 @@ def test_lindorm_definition_example_takes_column_types_from_its_schema(spark, wa
         {"id": 1004, "name": "Anne"},
     )
     assert _meta(change) == LINDORM_META
-    current = pipeline.current_rows(spark, warehouse, "seed", table_name(LINDORM))
+    current = current_rows(spark, warehouse, "seed", table_name(LINDORM))
     assert current.schema["id"].dataType == T.IntegerType()
     assert current.toArrow().to_pylist() == [{"id": 1004, "name": "Anne"}]
 
@@ -353,7 +354,7 @@ def test_cli_replays_a_seed_message(spark, tmp_path):
         "tables": {LINDORM: {"inserted": 1, "updated": 0, "deleted": 0, "rows": 1}},
         "quarantined": 0,
     }
-    current = pipeline.current_rows(spark, wh, "replay", table_name(LINDORM))
+    current = current_rows(spark, wh, "replay", table_name(LINDORM))
     assert current.toArrow().to_pylist() == [
         {"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}
     ]

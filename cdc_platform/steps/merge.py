@@ -1,0 +1,261 @@
+"""Merge step: change log -> current state, one row per key, by sequence.
+
+A merge after a replaced partition rebuilds the keys whose change records went away, so
+backfills leave the same tables as a rebuild."""
+
+import functools
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_platform.catalog import TableConfig
+from cdc_platform.formats import canonical as C
+from cdc_platform.lake import delta as lake
+from cdc_platform.spark import apply, history
+
+
+@dataclass(kw_only=True)
+class MergeResult:
+    inserted: int = 0
+    updated: int = 0
+    rows: int = 0
+    deleted_rows: int = 0
+    version: int | None
+    changelog_version: int | None
+    truncated: int = 0
+    tombstones_purged: int = 0
+    # The live-row balance of this merge: rows == live_before - truncated_live + made_live -
+    # made_dead (keys the batch made live that were not, and deleted that were live).
+    live_before: int = 0
+    truncated_live: int = 0
+    made_live: int = 0
+    made_dead: int = 0
+
+
+# A key nothing is left of: a tombstone-like row (non-null flags, as the table has them) that
+# the MERGE deletes.
+_GONE = {C.DELETED_COL: True, C.PARTIAL_NEWEST_COL: False}
+
+
+def _rebuild_keys(
+    spark: SparkSession,
+    cl_uri: str,
+    cur_uri: str,
+    newest: DataFrame,
+    removed: DataFrame | None,
+    key: list[str],
+    truncated_before: str | None,
+    options: TableConfig,
+) -> DataFrame:
+    """Replace some of the batch's rows by their keys rebuilt from the whole change log, flagged
+    (``REBUILT``) to replace the current row whatever its sequence:
+
+    - keys whose current row came from a partial image (TOAST, SharePlex, ignored nulls) take
+      some values from older changes, so a late older change can still fill them;
+    - keys of change records a reprocessed partition no longer holds (``removed``): their effect
+      must go. A key with no change left is deleted from the table (``DROP``)."""
+    current = lake.read(spark, cur_uri)
+    wanted = []
+    if C.PARTIAL_NEWEST_COL in current.columns:
+        fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
+        wanted.append(newest.select(*key).join(fragile, key, "left_semi"))
+    if removed is not None:
+        wanted.append(history.touched_keys(removed, key).select("key.*"))
+    if not wanted:
+        return newest
+    touched = functools.reduce(DataFrame.unionByName, wanted).distinct().persist()
+    try:
+        if touched.isEmpty():
+            return newest
+        changes = apply.touching(lake.read(spark, cl_uri), touched, key)
+        rebuilt = apply.without_working_columns(
+            apply.latest_per_key(changes, key, truncated_before, options.ignore_null_updates)
+        ).join(touched, key, "left_semi")
+        # Keys nothing is left of: a full rebuild would not have them either.
+        gone = touched.join(rebuilt.select(*key), key, "left_anti").select(
+            *[
+                F.col(f.name)
+                if f.name in key
+                else F.lit(_GONE.get(f.name)).cast(f.dataType).alias(f.name)
+                for f in rebuilt.schema.fields
+            ]
+        )
+        untouched = newest.join(touched, key, "left_anti")
+        return (
+            untouched.withColumns({lake.REBUILT: F.lit(False), lake.DROP: F.lit(False)})
+            .unionByName(rebuilt.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(False)}))
+            .unionByName(gone.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(True)}))
+        )
+    finally:
+        touched.unpersist()
+
+
+def merge_current(
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    table: str,
+    full_refresh: bool = False,
+    options: TableConfig | None = None,
+) -> MergeResult:
+    """Merge the change-log files not yet applied into the current-state table.
+
+    ``options``: the table's configuration (ignore_null_updates, tombstone retention)."""
+    options = options or TableConfig(name=table)
+    cl_uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    cur_uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    cl_version = lake.version(cl_uri)
+    if cl_version is None:
+        return MergeResult(version=lake.version(cur_uri), changelog_version=None)
+    key = lake.state(cl_uri)["key"]
+    state = {} if full_refresh else lake.state(cur_uri)
+    applied = state.get("changelog_version")
+    if applied == cl_version and lake.exists(cur_uri):
+        live, deleted = _live_counts(spark, cur_uri)
+        return MergeResult(
+            rows=live,
+            deleted_rows=deleted,
+            version=lake.version(cur_uri),
+            changelog_version=cl_version,
+            live_before=live,
+        )
+    new_files = removed_files = None
+    if applied is not None:
+        new_files = lake.files_added_since(cl_uri, applied)
+        removed_files = lake.files_removed_since(cl_uri, applied)
+    batch = lake.read(spark, cl_uri, only_files=new_files)
+    removed = lake.read(spark, cl_uri, only_files=removed_files) if removed_files else None
+    if applied is not None and (
+        new_files is None or removed_files is None or _truncates_gone(removed, batch)
+    ):
+        # What was applied can no longer be told apart (vacuumed versions), or a reprocessed
+        # partition took a truncate away: only a rebuild from the whole change log is exact.
+        full_refresh, state, applied, removed = True, {}, None, None
+        batch = lake.read(spark, cl_uri)
+    truncate = apply.latest_truncate(batch)
+    truncated_before = max(filter(None, [state.get("truncated_before"), truncate]), default=None)
+    new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
+    merging = lake.exists(cur_uri) and not full_refresh
+    live_before = _live_counts(spark, cur_uri)[0] if merging else 0
+    truncated = truncated_live = 0
+    if truncate and truncate == truncated_before and merging:
+        truncated_live = (
+            lake.read(spark, cur_uri)
+            .where((F.col(C.SEQUENCE_COL) < truncate) & ~F.col(C.DELETED_COL))
+            .count()
+        )
+        # The merge below is what advances changelog_version: a crash here just reruns both.
+        truncated = lake.delete_where(
+            cur_uri,
+            f"{lake.quoted(C.SEQUENCE_COL)} < '{truncate}'",
+            {**state, "truncated_before": truncated_before},
+        )
+    newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
+    if merging:
+        newest = apply.relative_to(newest, lake.read(spark, cur_uri), key)
+        newest = _rebuild_keys(
+            spark, cl_uri, cur_uri, newest, removed, key, truncated_before, options
+        )
+    else:
+        newest = apply.without_working_columns(newest)
+    newest = newest.persist()
+    try:
+        rows = newest.toArrow()
+        made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
+    finally:
+        newest.unpersist()
+    if full_refresh:
+        lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state, key=key)
+        metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
+    else:
+        metrics = lake.upsert_newer(
+            cur_uri, rows, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
+        )
+    purged = 0
+    if options.tombstone_retention_days:
+        # Past the retention a tombstone goes; an event older than it arriving later could then
+        # resurrect its key (as in AUTO CDC): choose the retention longer than any lateness.
+        cutoff = datetime.now(UTC) - timedelta(days=options.tombstone_retention_days)
+        purged = lake.delete_where(
+            cur_uri,
+            f"{lake.quoted(C.DELETED_COL)} AND {lake.quoted(C.EVENT_TIME_COL)}"
+            f" < '{cutoff.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
+            new_state,
+        )
+    live, deleted = _live_counts(spark, cur_uri)
+    return MergeResult(
+        inserted=int(metrics.get("num_target_rows_inserted", 0)),
+        updated=int(metrics.get("num_target_rows_updated", 0)),
+        rows=live,
+        deleted_rows=deleted,
+        version=lake.version(cur_uri),
+        changelog_version=cl_version,
+        truncated=truncated,
+        tombstones_purged=purged,
+        live_before=live_before,
+        truncated_live=truncated_live,
+        made_live=made_live,
+        made_dead=made_dead,
+    )
+
+
+def _truncates_gone(removed: DataFrame | None, added: DataFrame) -> bool:
+    """Whether change-log files removed since the last merge held a truncate the files added
+    since do not hold again."""
+    if removed is None:
+        return False
+    sequences = removed.where(F.col("op") == C.TRUNCATE).select("sequence")
+    return not sequences.subtract(
+        added.where(F.col("op") == C.TRUNCATE).select("sequence")
+    ).isEmpty()
+
+
+def _live_effect(
+    spark: SparkSession, cur_uri: str, newest: DataFrame, key: list[str], merging: bool
+) -> tuple[int, int]:
+    """(keys the batch makes live that were not, keys it deletes that were live), computed apart
+    from the MERGE by the same rule (a newer sequence or a rebuilt key wins), so the quality
+    check comparing the balance with the table tests the merge."""
+    deleted = F.col(C.DELETED_COL)
+    if not merging:  # a new or rebuilt table: every live newest row is one more
+        return newest.where(~deleted).count(), 0
+    before = lake.read(spark, cur_uri).select(
+        *key,
+        F.col(C.SEQUENCE_COL).alias("__was_seq"),
+        (~F.col(C.DELETED_COL)).alias("__was_live"),
+    )
+    rebuilt = F.col(lake.REBUILT) if lake.REBUILT in newest.columns else F.lit(False)
+    joined = newest.select(*key, C.SEQUENCE_COL, C.DELETED_COL, rebuilt.alias("__rebuilt")).join(
+        before, key, "left"
+    )
+    was = F.coalesce(F.col("__was_live"), F.lit(False))
+    applies = (
+        F.col("__was_seq").isNull()
+        | (F.col(C.SEQUENCE_COL) > F.col("__was_seq"))
+        | F.col("__rebuilt")
+    )
+    now = F.when(applies, ~deleted).otherwise(was)
+    row = joined.agg(
+        F.count(F.when(now & ~was, 1)).alias("made_live"),
+        F.count(F.when(~now & was, 1)).alias("made_dead"),
+    ).first()
+    return int(row["made_live"]), int(row["made_dead"])
+
+
+def _live_counts(spark: SparkSession, cur_uri: str) -> tuple[int, int]:
+    df = lake.read(spark, cur_uri)
+    if df is None:
+        return 0, 0
+    r = df.agg(F.count_if(~F.col(C.DELETED_COL)), F.count_if(F.col(C.DELETED_COL))).first()
+    return int(r[0]), int(r[1])
+
+
+def current_rows(spark: SparkSession, warehouse: Path, source: str, table: str) -> DataFrame | None:
+    """The exposed current state: live rows only, without the ``__`` bookkeeping columns."""
+    df = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, source, table))
+    if df is None:
+        return None
+    return df.where(~F.col(C.DELETED_COL)).drop(*C.CURRENT_META)

@@ -1,0 +1,301 @@
+"""Normalize step: raw -> each table's change log, the DDL and control logs, the quarantine.
+
+The change log appends incremental batches (``normalize_new``: the raw batches not normalized
+yet; each commit records the raw version it reflects, so a rerun after a crash skips what is
+done) or replaces the ``ingest_date`` partitions of the run's dates (``normalize_source``:
+backfills of any source)."""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.formats import canonical as C
+from cdc_platform.lake import delta as lake
+from cdc_platform.spark import normalize
+
+PREVIEW_ROWS = 10
+
+
+@dataclass(kw_only=True)
+class TableChanges:
+    """What normalization wrote for one table."""
+
+    name: str
+    qualified: str
+    key: list[str]
+    ops: dict[str, int]
+    version: int | None
+    max_event_time: datetime | None = None
+    sample: pa.Table | None = None  # the first rows written, for previews
+
+
+@dataclass
+class NormalizeResult:
+    messages: int = 0
+    quarantined: int = 0
+    control: int = 0
+    ddl: int = 0
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, TableChanges] = field(default_factory=dict)
+    ddl_by_table: dict[str, int] = field(default_factory=dict)
+    max_control_time: datetime | None = None  # newest heartbeat / transaction marker
+
+    def add(self, other: "NormalizeResult") -> None:
+        """Fold in a later step's result (an incremental run that finished a crashed one)."""
+        self.messages += other.messages
+        self.quarantined += other.quarantined
+        self.control += other.control
+        self.ddl += other.ddl
+        for reason, n in other.quarantine_reasons.items():
+            self.quarantine_reasons[reason] = self.quarantine_reasons.get(reason, 0) + n
+        for name, n in other.ddl_by_table.items():
+            self.ddl_by_table[name] = self.ddl_by_table.get(name, 0) + n
+        for name, t in other.tables.items():
+            if mine := self.tables.get(name):
+                t.ops = {op: mine.ops.get(op, 0) + t.ops.get(op, 0) for op in {*mine.ops, *t.ops}}
+                t.max_event_time = max(
+                    filter(None, [mine.max_event_time, t.max_event_time]), default=None
+                )
+            self.tables[name] = t
+        times = filter(None, [self.max_control_time, other.max_control_time])
+        self.max_control_time = max(times, default=None)
+
+
+def normalize_source(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    dates: list[str],
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+) -> NormalizeResult:
+    """Raw partitions ``dates`` -> replace those partitions of each table's change log, DDL log,
+    the control log and the quarantine (files sources; backfills of any source). For a Kafka
+    source the raw batches not normalized yet are appended first, so afterwards every output
+    reflects the same raw version and the next incremental run starts from there."""
+    raw_uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    version = lake.version(raw_uri)
+    if version is None:
+        return NormalizeResult()
+    if source.transport == "kafka":
+        normalize_new(spark, warehouse, source, key_override, types_override, upto=version)
+    raw = lake.read(spark, raw_uri, only_files=lake.files(raw_uri, version))
+    raw = raw.where(F.col("ingest_date").isin(*dates))
+    return _normalize(spark, warehouse, source, raw, version, dates, key_override, types_override)
+
+
+def normalize_new(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+    upto: int | None = None,
+) -> NormalizeResult:
+    """Raw batches added since the last run -> appended to every output (Kafka sources, whose
+    raw table only grows), so a run costs what arrived, not the whole day.
+
+    Exactly once: each output commit records the raw version it reflects (``lake.
+    append_normalized``) and the quarantine is written last. A run that died between outputs
+    left some at a newer version than the quarantine: that same range is finished first (the
+    outputs that have it skip it), then the rest."""
+    raw_uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    upto = lake.version(raw_uri) if upto is None else upto
+    result = NormalizeResult()
+    if upto is None:
+        return result
+    finished = lake.normalized_raw_version(lake.table_uri(warehouse, lake.QUARANTINE, source.name))
+    outputs = _normalize_outputs(warehouse, source)
+    started = max(
+        (v for uri in outputs if (v := lake.normalized_raw_version(uri)) is not None),
+        default=None,
+    )
+    steps = []
+    if started is not None and (finished is None or started > finished):
+        steps.append((finished, started))  # finish the interrupted run first
+        finished = started
+    if finished is None or upto > finished:
+        steps.append((finished, upto))
+    for low, high in steps:
+        raw = lake.read(spark, raw_uri, only_files=lake.files_between(raw_uri, low, high))
+        result.add(
+            _normalize(spark, warehouse, source, raw, high, None, key_override, types_override)
+        )
+    return result
+
+
+def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
+    """Every table a normalize step of ``source`` writes (that exists)."""
+    return [
+        *lake.tables_under(warehouse, lake.CHANGELOG, source.name),
+        *lake.tables_under(warehouse, lake.DDL, source.name),
+        *[
+            uri
+            for layer in (lake.CONTROL, lake.QUARANTINE)
+            if lake.exists(uri := lake.table_uri(warehouse, layer, source.name))
+        ],
+    ]
+
+
+@dataclass
+class SplitChanges:
+    """Parsed messages sorted out: each keyed table's typed change records, and the quarantine
+    rows (errors, unkeyed tables, values that do not fit their type)."""
+
+    tables: list[tuple[normalize.TablePlan, pa.Table]]
+    quarantine: list[pa.Table]
+
+
+def split_parsed(
+    warehouse: Path,
+    source: SourceConfig,
+    parsed: DataFrame,
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+) -> SplitChanges:
+    """Plan, key and type the change records of ``parsed`` per table (keys and types already in
+    the warehouse's change logs are kept); everything that fails goes to the quarantine rows."""
+    changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
+    known = {
+        st["qualified"]: (st["key"], lake.image_types(uri))
+        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
+        if "key" in (st := lake.state(uri))
+    }
+    plans = normalize.plan_tables(changes, source, key_override, types_override, known)
+    split = SplitChanges(
+        [], [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR)).toArrow()]
+    )
+    for plan in plans.values():
+        if plan.problem:
+            # No key: nothing of it can be applied; its rows wait in quarantine.
+            split.quarantine.append(normalize.rejected_table(changes, plan).toArrow())
+            continue
+        # One pass types the table's changes; the rows with a reason are its rejects.
+        typed = normalize.type_changes(changes, plan).toArrow()
+        good = pc.is_null(typed["reason"])
+        bad = typed.filter(pc.invert(good)).drop_columns(["key"])
+        bad = bad.rename_columns(["key" if c == "raw_key" else c for c in bad.column_names])
+        split.quarantine.append(bad.select(list(normalize.QUARANTINE_COLUMNS)))
+        data = typed.filter(good).drop_columns(
+            ["reason", "timestamp", "qualified_table", "raw_key", "value"]
+        )
+        split.tables.append((plan, data))
+    return split
+
+
+def _normalize(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    raw: DataFrame,
+    raw_version: int,
+    dates: list[str] | None,
+    key_override: list[str] | None,
+    types_override: dict[str, str] | None,
+) -> NormalizeResult:
+    """Parse ``raw`` and write each output: replacing the partitions ``dates``, or appending
+    (``dates`` None). Every commit records ``raw_version``."""
+
+    def write(uri: str, data: pa.Table, metadata: dict[str, str] | None = None) -> int | None:
+        if dates is not None:
+            return lake.overwrite_partitions(uri, data, dates, metadata, raw_version)
+        return lake.append_normalized(uri, data, raw_version, metadata)
+
+    result = NormalizeResult()
+    parsed = normalize.parse_messages(raw, source).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        kinds = {r["kind"]: r["count"] for r in parsed.groupBy("kind").count().collect()}
+        result.messages = sum(kinds.values())
+        result.control = kinds.get(C.KIND_CONTROL, 0)
+        result.ddl = kinds.get(C.KIND_DDL, 0)
+        split = split_parsed(warehouse, source, parsed, key_override, types_override)
+        quarantine = split.quarantine
+        for plan, data in split.tables:
+            uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
+            state = json.dumps({"key": plan.key, "qualified": plan.qualified})
+            version = write(uri, data, {lake.STATE_KEY: state})
+            ops = data.group_by("op").aggregate([("op", "count")]).to_pylist()
+            result.tables[plan.name] = TableChanges(
+                name=plan.name,
+                qualified=plan.qualified,
+                key=plan.key,
+                ops={r["op"]: r["op_count"] for r in ops},
+                version=version,
+                max_event_time=pc.max(data["event_time"]).as_py(),
+                sample=data.slice(0, PREVIEW_ROWS),
+            )
+        if dates is not None:
+            # A table the reprocessed dates no longer hold keeps no stale rows for them.
+            written = {plan.name for plan, _ in split.tables}
+            for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
+                if (name := Path(uri).name) not in written:
+                    st = lake.state(uri)
+                    version = write(uri, lake.arrow_schema(uri).empty_table())
+                    result.tables[name] = TableChanges(
+                        name=name,
+                        qualified=st.get("qualified", name),
+                        key=st["key"],
+                        ops={},
+                        version=version,
+                    )
+        result.ddl_by_table = _write_ddl_log(warehouse, source, parsed, write, dates is None)
+        control = normalize.control_records(parsed).toArrow()
+        write(lake.table_uri(warehouse, lake.CONTROL, source.name), control)
+        result.max_control_time = pc.max(control["event_time"]).as_py()
+        # Last: its recorded raw version is where the next incremental run starts.
+        q = pa.concat_tables(quarantine, promote_options="permissive")
+        write(lake.table_uri(warehouse, lake.QUARANTINE, source.name), q)
+        reasons = q.group_by("reason").aggregate([("reason", "count")]).to_pylist()
+        result.quarantine_reasons = {r["reason"]: r["reason_count"] for r in reasons}
+        result.quarantined = sum(result.quarantine_reasons.values())
+    finally:
+        parsed.unpersist()
+    return result
+
+
+def _write_ddl_log(
+    warehouse: Path,
+    source: SourceConfig,
+    parsed: DataFrame,
+    write: Callable[[str, pa.Table], int | None],
+    appending: bool,
+) -> dict[str, int]:
+    """Each table's DDL statements into ddl/<source>/<table>. Replacing dates rewrites every DDL
+    log of the source, so a reprocessed date never keeps stale rows; appending skips tables
+    without new statements."""
+    ddl = normalize.ddl_records(parsed).toArrow()
+    names = [normalize.routed_name(q, source) for q in ddl["qualified_table"].to_pylist()]
+    ddl = ddl.drop_columns(["qualified_table"])
+    existing = (
+        set()
+        if appending
+        else {Path(u).name for u in lake.tables_under(warehouse, lake.DDL, source.name)}
+    )
+    counts = {}
+    for name in sorted(existing | set(names)):
+        rows = ddl.filter(pa.array([n == name for n in names], pa.bool_()))
+        write(lake.table_uri(warehouse, lake.DDL, source.name, name), rows)
+        counts[name] = rows.num_rows
+    return counts
+
+
+def routed_tables(warehouse: Path, source: SourceConfig) -> list[TableConfig]:
+    """Tables of ``source`` that normalization routed without a declaration, as table configs
+    (name and qualified source name), so the Dagster layer can give them assets too."""
+    declared = {t.name for t in source.tables}
+    found = []
+    for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
+        name = Path(uri).name
+        if name not in declared:
+            qualified = lake.state(uri).get("qualified", name)
+            found.append(TableConfig(name=name, source_table=qualified))
+    return found
