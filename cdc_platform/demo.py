@@ -139,7 +139,7 @@ def write_demo_traffic(landing: Path, batch: int = 0, date: str | None = None) -
         folder = landing / source / f"dt={day}"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f".{path.name}.tmp")  # hidden: landing readers skip dot files
         tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
         tmp.rename(path)  # appear whole: a sensor never sees half a file
         written.append(path)

@@ -98,10 +98,11 @@ def read(spark: SparkSession, uri: str, only_files: list[str] | None = None) -> 
     df = spark.read.option("basePath", uri).option("mergeSchema", "true").parquet(*paths)
     # Partition values live in the paths; cast them back and restore the table's column order
     # (files written before a schema change lack the newer columns).
+    present = set(df.columns)  # once: on Spark Connect each call is a round trip
     for field in schema.fields:
         if field.name in partition_columns:
             df = df.withColumn(field.name, F.col(field.name).cast(field.dataType))
-        elif field.name not in df.columns:
+        elif field.name not in present:
             df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
     return df.select(*[F.col(f"`{f.name}`") for f in schema.fields])
 
@@ -231,6 +232,28 @@ def append_normalized(
         commit_properties=props, writer_properties=WRITER,
     )  # fmt: skip
     return DeltaTable(uri).version()
+
+
+def delete_landing_rows(uri: str, names_by_date: dict[str, list[str]], raw_version: int) -> int:
+    """Delete the rows of these landing files (date -> ``file`` names) from a normalize output
+    that does not reflect ``raw_version`` yet: the rows of re-ingested files go before their
+    new rows are appended. Skipped by an output that reflects it (a rerun after a crash must
+    not delete what the crashed run appended). Returns rows deleted."""
+    if not names_by_date or not exists(uri):
+        return 0
+    dt = DeltaTable(uri)
+    done = dt.transaction_version(NORMALIZED_APP)
+    if (done is not None and done >= raw_version) or "file" not in pa.schema(dt.schema()).names:
+        return 0
+
+    def listed(values: list[str]) -> str:
+        return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+    predicate = " OR ".join(
+        f"({PARTITION_COLUMN} = '{date}' AND file IN ({listed(names)}))"
+        for date, names in sorted(names_by_date.items())
+    )
+    return int(dt.delete(predicate).get("num_deleted_rows", 0))
 
 
 def files_between(uri: str, after: int | None, upto: int) -> list[str]:

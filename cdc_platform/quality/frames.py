@@ -22,6 +22,17 @@ def _dates(df: DataFrame, dates: list[str] | None) -> DataFrame:
     return df if dates is None else df.where(F.col(lake.PARTITION_COLUMN).isin(*dates))
 
 
+def _read(
+    spark: SparkSession, uri: str, dates: list[str] | None, written: dict[str, list[str]] | None
+) -> DataFrame | None:
+    """A table's rows of ``dates`` (None: all), or with ``written`` (table -> data files a run
+    added) just the rows that run wrote: checks then cost what the run wrote, not the day."""
+    if written is None:
+        df = lake.read(spark, uri)
+        return None if df is None else _dates(df, dates)
+    return lake.read(spark, uri, only_files=written.get(uri, []))
+
+
 def changelog_frame(
     spark: SparkSession,
     warehouse: Path,
@@ -29,17 +40,19 @@ def changelog_frame(
     table: str,
     dates: list[str] | None,
     before_formats: list[str],
+    written: dict[str, list[str]] | None = None,
 ) -> tuple[DataFrame, list[str]] | None:
     """The change-log rows of ``dates`` (None: all): op, images as presence flags, key columns
     as ``key__<col>``, sequence, event_time, source_format, ``before_expected`` (the format always
-    carries an update's before image), raw coordinates. Returns (frame, key column names)."""
+    carries an update's before image), raw coordinates. Returns (frame, key column names).
+    ``written``: just the rows a run wrote (see ``_read``)."""
     uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
-    df = lake.read(spark, uri)
+    df = _read(spark, uri, dates, written)
     if df is None:
         return None
     key = lake.state(uri).get("key") or [f.name for f in df.schema["key"].dataType.fields]
     keys = [F.col("key")[k].alias(KEY_PREFIX + k) for k in key]
-    frame = _dates(df, dates).select(
+    frame = df.select(
         "op",
         F.when(F.col("before").isNotNull(), F.lit(True)).alias("before"),
         F.when(F.col("after").isNotNull(), F.lit(True)).alias("after"),
@@ -61,7 +74,11 @@ def coordinate_key() -> Column:
 
 
 def _outputs(
-    spark: SparkSession, warehouse: Path, source: str, dates: list[str] | None
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    dates: list[str] | None,
+    written: dict[str, list[str]] | None,
 ) -> Iterator[tuple[str, DataFrame]]:
     """(outcome, frame of coordinate keys) for every table a raw message can end up in."""
     layers = [
@@ -72,26 +89,31 @@ def _outputs(
     ]
     for outcome, uris in layers:
         for uri in uris:
-            df = lake.read(spark, uri)
+            df = _read(spark, uri, dates, written)
             if df is not None and set(COORDINATES) <= set(df.columns):
-                yield outcome, _dates(df, dates).select(coordinate_key().alias("__coord"))
+                yield outcome, df.select(coordinate_key().alias("__coord"))
 
 
 def reconciliation_frame(
-    spark: SparkSession, warehouse: Path, source: str, dates: list[str] | None
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    dates: list[str] | None,
+    written: dict[str, list[str]] | None = None,
 ) -> DataFrame | None:
     """One row per raw message of ``dates``: its coordinates and ``outcome``, the first of
     change, control, ddl, quarantine whose table holds its coordinates (null: none does).
 
     Raw coordinates, not counts: a Canal message yields several change records, and a DataWorks
     or DataHub update pair yields one change record (the after half's coordinates) and one
-    control record (the consumed before half's)."""
-    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, source))
+    control record (the consumed before half's). ``written``: just the raw messages a run read
+    and the outputs it wrote (see ``_read``)."""
+    raw = _read(spark, lake.table_uri(warehouse, lake.RAW, source), dates, written)
     if raw is None:
         return None
     found = [
         df.withColumn("outcome", F.lit(outcome))
-        for outcome, df in _outputs(spark, warehouse, source, dates)
+        for outcome, df in _outputs(spark, warehouse, source, dates, written)
     ]
     rank = F.create_map(
         *[
@@ -100,7 +122,7 @@ def reconciliation_frame(
             for x in (o, i)
         ]
     )
-    raw = _dates(raw, dates).select(
+    raw = raw.select(
         *[F.col(c).cast("string") if c == lake.PARTITION_COLUMN else F.col(c) for c in COORDINATES],
         coordinate_key().alias("__coord"),
     )

@@ -46,11 +46,13 @@ def validate_changelog(
     source: SourceConfig,
     table: str,
     dates: list[str] | None,
+    written: dict[str, list[str]] | None = None,
 ) -> SuiteRun | None:
-    """The change-log suite on the partitions ``dates`` (None: all) of one table."""
+    """The change-log suite on the partitions ``dates`` (None: all) of one table, or on the
+    rows a run wrote (``written``: table -> the data files it added)."""
     quality = quality_of(source, source.table_config(table))
     built = frames.changelog_frame(
-        spark, warehouse, source.name, table, dates, before_formats(quality)
+        spark, warehouse, source.name, table, dates, before_formats(quality), written
     )
     if built is None:
         return None
@@ -61,17 +63,22 @@ def validate_changelog(
         f"{suites.CHANGELOG}.{source.name}.{table}",
         key,
         suites.severities(suites.CHANGELOG, quality),
-        batch=_batch(dates),
+        batch=_batch(dates, written),
         index_columns=[*key, "sequence", *frames.COORDINATES],
         parameters=changelog_parameters(quality),
     )
 
 
 def validate_reconciliation(
-    spark: SparkSession, warehouse: Path, source: SourceConfig, dates: list[str] | None
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    dates: list[str] | None,
+    written: dict[str, list[str]] | None = None,
 ) -> SuiteRun | None:
-    """Every raw message of ``dates`` is accounted for (see ``frames.reconciliation_frame``)."""
-    frame = frames.reconciliation_frame(spark, warehouse, source.name, dates)
+    """Every raw message of ``dates`` (or that a run read: ``written``) is accounted for (see
+    ``frames.reconciliation_frame``)."""
+    frame = frames.reconciliation_frame(spark, warehouse, source.name, dates, written)
     if frame is None:
         return None
     return validate(
@@ -80,7 +87,7 @@ def validate_reconciliation(
         f"{suites.RECONCILIATION}.{source.name}",
         [],
         suites.severities(suites.RECONCILIATION, source.quality),
-        batch=_batch(dates),
+        batch=_batch(dates, written),
         index_columns=frames.COORDINATES,
     )
 
@@ -129,7 +136,9 @@ def validate_current(
     return runs
 
 
-def _batch(dates: list[str] | None) -> str:
+def _batch(dates: list[str] | None, written: dict[str, list[str]] | None = None) -> str:
+    if written is not None:
+        return "the run's batch"
     if not dates:
         return "all"
     return dates[0] if len(dates) == 1 else f"{min(dates)}..{max(dates)}"

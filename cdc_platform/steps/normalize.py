@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.lake import delta as lake
+from cdc_platform.lake import landing_files
 from cdc_platform.spark import normalize
 
 PREVIEW_ROWS = 10
@@ -48,6 +49,9 @@ class NormalizeResult:
     tables: dict[str, TableChanges] = field(default_factory=dict)
     ddl_by_table: dict[str, int] = field(default_factory=dict)
     max_control_time: datetime | None = None  # newest heartbeat / transaction marker
+    # What the step read and wrote, per table (raw and every output): the data files it added,
+    # for checks of just this run's batch. None: a run that replaced whole dates.
+    written: dict[str, list[str]] | None = None
 
     def add(self, other: "NormalizeResult") -> None:
         """Fold in a later step's result (an incremental run that finished a crashed one)."""
@@ -115,6 +119,7 @@ def normalize_new(
         return result
     finished = lake.normalized_raw_version(lake.table_uri(warehouse, lake.QUARANTINE, source.name))
     outputs = _normalize_outputs(warehouse, source)
+    first = finished
     started = max(
         (v for uri in outputs if (v := lake.normalized_raw_version(uri)) is not None),
         default=None,
@@ -125,11 +130,19 @@ def normalize_new(
         finished = started
     if finished is None or upto > finished:
         steps.append((finished, upto))
+    before = {uri: lake.version(uri) for uri in outputs}
     for low, high in steps:
         raw = lake.read(spark, raw_uri, only_files=lake.files_between(raw_uri, low, high))
+        # Re-ingested landing files (grown, rewritten): their old change records go first.
+        replaced = landing_files.replaced_names(raw_uri, low, high)
+        for uri in _normalize_outputs(warehouse, source) if replaced else []:
+            lake.delete_landing_rows(uri, replaced, high)
         result.add(
             _normalize(spark, warehouse, source, raw, high, None, key_override, types_override)
         )
+    result.written = {raw_uri: lake.files_between(raw_uri, first, upto)} if steps else {}
+    for uri in _normalize_outputs(warehouse, source):
+        result.written[uri] = lake.files_between(uri, before.get(uri), lake.version(uri))
     return result
 
 

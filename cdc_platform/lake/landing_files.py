@@ -1,0 +1,192 @@
+"""Raw of a files source: one Parquet data file per landing file, so raw's own Delta state says
+which landing files it holds, at which size and modification time.
+
+A data file of a landing file is named ``landing-<size>-<mtime_ns>-<uuid>.parquet`` and its
+``file`` statistics (min = max) name the landing file. ``manifest`` reads both from the add
+actions (no data read; the table state delta-rs already holds), so telling new and grown files
+apart costs the same at the end of a day as at its start. The commit that adds (and, for a
+re-ingested file, removes) data files also records them in its metadata (``cdc.landing``).
+
+Data files written otherwise (before files were tracked) have no identity: a date holding one
+is replaced whole once (``manifest`` returns None for it).
+"""
+
+import json
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from cdc_platform.lake.delta import PARTITION_COLUMN, exists
+
+LANDING_KEY = "cdc.landing"
+_NAME = re.compile(r"(?:^|/)landing-(\d+)-(\d+)-[0-9a-f]{32}\.parquet$")
+# Statistics for pruning reads by coordinates; binary and nested columns get none.
+_STATS_TYPES = (pa.types.is_string, pa.types.is_integer)
+_ROW_GROUP = 64 * 1024
+
+
+@dataclass(frozen=True)
+class LandingFile:
+    """A landing file as ingested: its name in raw's ``file`` column, size and mtime."""
+
+    name: str
+    size: int
+    mtime_ns: int
+
+
+def _date_actions(dt: DeltaTable, date: str) -> pa.Table:
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return actions
+    return actions.filter(
+        pc.equal(actions[f"partition.{PARTITION_COLUMN}"].cast(pa.string()), date)
+    )
+
+
+def _identity(path: str, low: str | None, high: str | None) -> LandingFile | None:
+    """The landing file a data file holds all of, from its name and ``file`` statistics."""
+    m = _NAME.search(path)
+    if m is None or low is None or low != high:
+        return None
+    return LandingFile(low, int(m.group(1)), int(m.group(2)))
+
+
+def _rows(actions: pa.Table) -> list[tuple[str, int, LandingFile | None]]:
+    """(path, size, landing file) of each add action."""
+    no_stats = [None] * actions.num_rows
+    low = actions["min.file"].to_pylist() if "min.file" in actions.column_names else no_stats
+    high = actions["max.file"].to_pylist() if "max.file" in actions.column_names else no_stats
+    paths, sizes = actions["path"].to_pylist(), actions["size_bytes"].to_pylist()
+    return [
+        (p, n, _identity(p, lo, hi)) for p, n, lo, hi in zip(paths, sizes, low, high, strict=True)
+    ]
+
+
+def manifest(uri: str, date: str) -> dict[str, LandingFile] | None:
+    """The landing files raw holds for ``date`` (name -> file), from the data files' names and
+    statistics; None when the date holds a data file of no single landing file."""
+    if not exists(uri):
+        return {}
+    found = {}
+    for _, _, file in _rows(_date_actions(DeltaTable(uri), date)):
+        if file is None:
+            return None
+        found[file.name] = file
+    return found
+
+
+def _stats(data: pa.Table) -> str:
+    """Delta statistics of a data file: rows, and min, max and null count of the plain columns."""
+    low, high, nulls = {}, {}, {}
+    for field in data.schema:
+        if field.name == PARTITION_COLUMN or not any(t(field.type) for t in _STATS_TYPES):
+            continue
+        column = data[field.name]
+        nulls[field.name] = column.null_count
+        if column.null_count < len(column):
+            bounds = pc.min_max(column)
+            low[field.name], high[field.name] = bounds["min"].as_py(), bounds["max"].as_py()
+    return json.dumps(
+        {"numRecords": data.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+    )
+
+
+def _write(uri: str, date: str, file: LandingFile, data: pa.Table) -> AddAction:
+    """One landing file's rows as one data file in the date's partition folder."""
+    relative = f"{PARTITION_COLUMN}={date}/landing-{file.size}-{file.mtime_ns}-{uuid.uuid4().hex}"
+    path = Path(uri, relative + ".parquet")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = data.drop_columns([PARTITION_COLUMN])
+    pq.write_table(rows, path, compression="snappy", row_group_size=_ROW_GROUP)
+    return AddAction(
+        path=relative + ".parquet",
+        size=path.stat().st_size,
+        partition_values={PARTITION_COLUMN: date},
+        modification_time=int(time.time() * 1000),
+        data_change=True,
+        stats=_stats(rows),
+    )
+
+
+def write(
+    uri: str,
+    schema: pa.Schema,
+    date: str,
+    files: list[tuple[LandingFile, pa.Table]],
+    whole_date: bool,
+) -> int:
+    """Add one data file per landing file of ``date`` and, in the same commit, remove what they
+    replace: the date's every data file (``whole_date``), else those of the same landing names
+    (a grown or rewritten file). ``schema``: the table's, when it is created. Returns the
+    table's new version."""
+    names = {f.name for f, _ in files}
+    adds = [_write(uri, date, f, data) for f, data in files]
+    metadata = {
+        LANDING_KEY: json.dumps({"date": date, "files": [asdict(f) for f, _ in files]}),
+    }
+    props = CommitProperties(custom_metadata=metadata)
+    if not exists(uri):
+        create_table_with_add_actions(
+            uri,
+            Schema.from_arrow(schema),
+            adds,
+            partition_by=[PARTITION_COLUMN],
+            commit_properties=props,
+        )
+        return DeltaTable(uri).version()
+    dt = DeltaTable(uri)
+    removes = []
+    now = int(time.time() * 1000)
+    for path, size, file in _rows(_date_actions(dt, date)):
+        if not whole_date and file is None:
+            raise ValueError(
+                f"{uri}: {date} holds rows of several landing files in one data file (written "
+                "before files were tracked); replace the whole date"
+            )
+        if whole_date or file.name in names:
+            removes.append(
+                RemoveAction(
+                    path=path, data_change=True, deletion_timestamp=now, size=size,
+                    partition_values={PARTITION_COLUMN: date},
+                )
+            )  # fmt: skip
+    if not removes and not adds:
+        return dt.version()
+    dt.create_write_transaction(
+        [*removes, *adds], mode="append", schema=dt.schema(), partition_by=[PARTITION_COLUMN],
+        commit_properties=props,
+    )  # fmt: skip
+    return DeltaTable(uri).version()
+
+
+def replaced_names(uri: str, after: int | None, upto: int) -> dict[str, list[str]]:
+    """Per date, the landing files whose rows raw removed between versions ``after`` and
+    ``upto`` (re-ingested files, replaced dates): their change records must go too."""
+    if after is None:
+        return {}
+    gone = set(DeltaTable(uri, version=after).file_uris()) - set(
+        DeltaTable(uri, version=upto).file_uris()
+    )
+    if not gone:
+        return {}
+    names: dict[str, set[str]] = {}
+    actions = pa.table(DeltaTable(uri, version=after).get_add_actions(flatten=True))
+    dates = actions[f"partition.{PARTITION_COLUMN}"].cast(pa.string()).to_pylist()
+    for (path, _, file), date in zip(_rows(actions), dates, strict=True):
+        full = str(Path(uri, path))
+        if full not in gone:
+            continue
+        if file is not None:
+            names.setdefault(date, set()).add(file.name)
+        else:  # a data file of several landing files: its names are in its rows
+            column = pq.read_table(full, columns=["file"])["file"]
+            names.setdefault(date, set()).update(n for n in pc.unique(column).to_pylist() if n)
+    return {d: sorted(n) for d, n in names.items()}
