@@ -7,8 +7,10 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 3000
 DAGSTER_HOME := $(CURDIR)/var/dagster_home
+SPARK_CONNECT ?= 1
+SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency clean
+.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency bench-soak bench-landing clean
 
 install: $(STAMP)
 
@@ -21,10 +23,27 @@ $(STAMP): pyproject.toml
 
 demo: install
 	mkdir -p $(DAGSTER_HOME) var
-	@# The embedded Kafka broker (Tansu, in memory) for source crm; landing files for the others.
+	@# The run queue: one run per source at a time (README, "Runs, the queue and Spark").
+	cp deploy/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@# The embedded Kafka broker (Tansu, in memory) for source crm; landing files for the others;
+	@# the Spark Connect server, one warm JVM every run connects to (SPARK_CONNECT=0: none, each
+	@# run starts a local Spark of its own).
 	$(BIN)/cdc-platform broker > var/broker.out 2>&1 & broker=$$!; \
-		trap 'kill $$broker $$traffic 2>/dev/null' EXIT INT TERM; \
+		trap 'kill $$broker $$traffic $$spark 2>/dev/null; [ -z "$$spark" ] || wait $$spark' EXIT INT TERM; \
+		if [ "$(SPARK_CONNECT)" = 1 ]; then \
+			$(BIN)/cdc-platform spark-server --port $(SPARK_PORT) > var/spark-server.out 2>&1 & spark=$$!; \
+			export CDC_SPARK_REMOTE=sc://127.0.0.1:$(SPARK_PORT); \
+		fi; \
 		$(BIN)/cdc-platform demo --batches 1 || exit 1; \
+		if [ -n "$$spark" ]; then \
+			echo "waiting for the Spark Connect server on port $(SPARK_PORT) (log: var/spark-server.out)"; \
+			waited=0; \
+			until $(BIN)/python -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2)' $(SPARK_PORT) 2>/dev/null; do \
+				case "$$(ps -o stat= -p $$spark)" in ""|Z*) echo "spark-server exited: see var/spark-server.out"; exit 1;; esac; \
+				waited=$$((waited + 1)); [ $$waited -lt 300 ] || { echo "spark-server not listening after 300 s"; exit 1; }; \
+				sleep 1; \
+			done; \
+		fi; \
 		$(BIN)/cdc-platform demo --batches 0 --every 30 > var/demo-traffic.log 2>&1 & traffic=$$!; \
 		echo "Dagster UI: http://$(HOST):$(PORT)  (new demo traffic every 30 s; Ctrl-C stops all)"; \
 		DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(HOST) -p $(PORT)
@@ -59,6 +78,14 @@ bench-merge: install
 
 bench-latency: install
 	$(BIN)/python bench/latency.py
+
+# The demo stack under 1,000 events/s for 10 minutes; its plot needs matplotlib (.[bench]).
+bench-soak: install
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/soak.py
+
+bench-landing: install
+	$(BIN)/python bench/landing_day.py
 
 # The UI test drives Debian's chromium headless (tests/ui); install it when it is missing.
 browser:

@@ -9,7 +9,7 @@ setting must be an ``${ENV_VAR}`` reference, resolved only when a client is crea
 
 import os
 import re
-from datetime import datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +20,9 @@ from cdc_platform import formats
 from cdc_platform.formats.column_specs import parse_type
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# The SQL models' asset group and the run tag of their automation runs (defs/runs.py).
+RESERVED_SOURCE = "models"
 
 
 def _check_name(v: str) -> str:
@@ -271,11 +274,37 @@ class SourceConfig(_Strict):
     max_lag_minutes: float = Field(
         60, gt=0, description="a table further behind its source fails its freshness check"
     )
+    start_date: date | None = Field(
+        None,
+        description="first daily partition (YYYY-MM-DD); default: the source's earliest data",
+    )
 
     @field_validator("name")
     @classmethod
     def _valid_name(cls, v: str) -> str:
+        if v == RESERVED_SOURCE:
+            raise ValueError(f"{v} is reserved (the SQL models' group and run tag)")
         return _check_name(v)
+
+    @field_validator("start_date", mode="before")
+    @classmethod
+    def _iso_date(cls, v: object) -> object:
+        if v is None or (isinstance(v, date) and not isinstance(v, datetime)):
+            return v
+        if isinstance(v, str) and _ISO_DATE.match(v):
+            try:
+                return date.fromisoformat(v)
+            except ValueError as e:
+                raise ValueError(f"{v} is not a real date ({e})") from None
+        raise ValueError(f"must be a date YYYY-MM-DD, not {v!r}")
+
+    @field_validator("start_date")
+    @classmethod
+    def _not_in_future(cls, v: date | None) -> date | None:
+        today = datetime.now(UTC).date()  # partitions are UTC days
+        if v is not None and v > today:
+            raise ValueError(f"{v} is after today ({today})")
+        return v
 
     @field_validator("format_options", mode="before")
     @classmethod
@@ -367,6 +396,21 @@ class Catalog(_Strict):
         raise CatalogError(f"no source named {name!r} in the catalog")
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, except that a date-like scalar that is no real date (2024-02-30) stays
+    a string, so validation reports it under its key instead of YAML failing without one."""
+
+
+def _timestamp(loader: yaml.SafeLoader, node: yaml.Node) -> object:
+    try:
+        return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
+
+
 def _where(error: dict) -> str:
     return ".".join(str(p) for p in error["loc"]) or "(top level)"
 
@@ -377,7 +421,7 @@ def load_catalog(path: str | os.PathLike) -> Catalog:
     if not p.is_file():
         raise CatalogError(f"sources file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.load(p.read_text(), Loader=_Loader) or {}
     except yaml.YAMLError as e:
         raise CatalogError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

@@ -1,5 +1,5 @@
-"""The code location: per catalog source its assets, checks, job and sensor; the SQL models; the
-automation sensor, the freshness schedule, the resources and the in-process executor."""
+"""The code location: per catalog source its assets, checks, job, sensor and automation sensor;
+the SQL models and theirs; the freshness schedule, the resources and the in-process executor."""
 
 import dagster as dg
 
@@ -13,20 +13,12 @@ from cdc_platform.defs.resources import build_resources
 @dg.definitions
 def defs() -> dg.Definitions:
     catalog = load_catalog(default_catalog_path())
-    automation = dg.AutomationConditionSensorDefinition(
-        "cdc_automation",
-        target=dg.AssetSelection.all(),
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=15,
-        description="Materializes current tables (eager) after their change logs update.",
-    )
     sources = [build_source_defs(s, catalog) for s in catalog.sources]
     freshness_checks = [c for d in sources for c in d.asset_checks or []]
     return dg.Definitions.merge(
         *sources,
         build_models_defs(catalog),
         dg.Definitions(
-            sensors=[automation],
             schedules=[build_freshness_schedule(freshness_checks)] if freshness_checks else [],
             resources=build_resources(catalog),
             # One process, one JVM: a multiprocess executor would start Spark in every step.

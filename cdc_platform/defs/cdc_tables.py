@@ -10,7 +10,7 @@ from pydantic import Field
 from cdc_platform import freshness
 from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
 from cdc_platform.defs import quality
-from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES
+from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES, automation_sensor
 from cdc_platform.defs.freshness import build_freshness_check
 from cdc_platform.defs.kafka import (
     INCREMENTAL,
@@ -25,13 +25,13 @@ from cdc_platform.defs.metadata import (
     freshness_metadata,
     preview,
 )
-from cdc_platform.defs.partitions import daily
+from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
+from cdc_platform.defs.runs import source_tags
 from cdc_platform.defs.sensors import build_landing_sensor
-from cdc_platform.ingest import landing
 from cdc_platform.lake import delta
 from cdc_platform.steps.history import update_history
-from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.ingest import ingest_landing
 from cdc_platform.steps.merge import current_rows, merge_current
 from cdc_platform.steps.normalize import normalize_new, normalize_source, routed_tables
 
@@ -48,30 +48,37 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
     @dg.asset(
         key=asset_key(delta.RAW, source.name),
         group_name=source.name,
-        partitions_def=daily,
+        partitions_def=daily_partitions(source),
         backfill_policy=SINGLE_RUN,
         kinds={"delta"},
         description=(
             f"Raw topic of source `{source.name}` ({source.format}), read from {landing_dir}: "
             "every message exactly as received (value and key bytes, topic, partition, offset, "
-            "timestamp, file, line), partitioned by ingest date. Rerunning a date replaces it."
+            "timestamp, file, line), partitioned by ingest date. A sensor run ingests the files "
+            "that are new or grew since; a backfill or manual run replaces its dates."
         ),
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-        counts = {}
-        for date in context.partition_keys:
-            files = [
-                (p, str(p.relative_to(landing_dir)))
-                for p in landing.files_for_date(landing_dir, date)
-            ]
-            counts[date] = ingest_files(
-                lake.warehouse_path, source.name, files, date, whole_date=True
-            )
+        # A sensor run ingests the files raw does not hold as they are now; any other run (a
+        # backfill, a manual materialization) replaces its dates whole.
+        incremental = context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL
+        result = ingest_landing(
+            lake.warehouse_path,
+            source.name,
+            lake.landing_for(source.name),
+            context.partition_keys,
+            whole_date=not incremental,
+        )
         uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
         add_partition_row_counts(context, uri)
         return dg.MaterializeResult(
             metadata={
-                "messages_by_date": counts,
+                "messages_by_date": result.messages,
+                "files_ingested": len(result.files),
+                "files": dg.MetadataValue.json(
+                    [{"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns} for f in result.files]
+                ),
+                "dates_replaced": dg.MetadataValue.json(result.replaced_dates),
                 **delta_metadata(uri),
             }
         )
@@ -92,7 +99,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
             asset_key(layer, source.name, table),
             deps=[asset_key(delta.RAW, source.name)],
             group_name=source.name,
-            partitions_def=daily,
+            partitions_def=daily_partitions(source),
             kinds={"spark", "delta"},
             description=description,
         )
@@ -215,7 +222,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
         )
         session, dates = spark.spark_session, context.partition_keys
         yield from quality.changelog_check_results(
-            context, session, lake.warehouse_path, source, tables, dates
+            context, session, lake.warehouse_path, source, tables, dates, result.written
         )
 
     return changelog
@@ -324,8 +331,9 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
 
 
 def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
-    """Everything one source contributes: assets, the job its sensor runs, the sensor, and the
-    freshness checks of its tables."""
+    """Everything one source contributes: assets, the job its sensor runs, the sensor, its
+    automation sensor, and the freshness checks of its tables."""
+    source = with_start_date(source, catalog)  # its partitions start where its data starts
     tables = [*source.tables, *routed_tables(catalog.warehouse_path, source)]
     raw_key = asset_key(delta.RAW, source.name)
     if source.transport == "kafka":
@@ -341,15 +349,27 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
         f"{source.name}__ingest",
         selection=dg.AssetSelection.assets(raw, changelog, *currents),
         description="Raw and change log for the requested date, then current and history.",
+        # The run queue lets one run per source in progress (deploy/dagster.yaml).
+        tags=source_tags(source.name),
     )
     if source.transport == "kafka":
-        sensor = build_kafka_sensor(source, catalog.warehouse_path, job.name)
+        sensor = build_kafka_sensor(source, job.name)
     else:
-        sensor = build_landing_sensor(source, catalog.landing_for(source), job.name)
+        sensor = build_landing_sensor(source, daily_partitions(source), job.name)
+    automation = automation_sensor(
+        f"{source.name}__automation",
+        dg.AssetSelection.assets(raw, changelog, *currents),
+        source.name,
+        f"Materializes the current and history tables of `{source.name}` (eager) after their "
+        "change logs update outside its ingest job (a backfill, a manual run).",
+    )
     checks = [
         build_freshness_check(source, t, asset_key(delta.CURRENT, source.name, t.name))
         for t in tables
     ]
     return dg.Definitions(
-        assets=[raw, changelog, *currents], asset_checks=checks, jobs=[job], sensors=[sensor]
+        assets=[raw, changelog, *currents],
+        asset_checks=checks,
+        jobs=[job],
+        sensors=[sensor, automation],
     )

@@ -8,28 +8,19 @@ past partition reads nothing and says so (reprocess a past date through its chan
 
 import datetime as dt
 import hashlib
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import dagster as dg
 
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata
-from cdc_platform.defs.partitions import daily
+from cdc_platform.defs.partitions import daily_partitions
 from cdc_platform.defs.resources import LakeResource
+from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import delta
 
-# Run tag of sensor runs: the change log appends only the new raw batches (no date reprocess).
-INCREMENTAL_TAG = "cdc/mode"
-INCREMENTAL = "incremental"
-_IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
+# The Kafka sensor's cursor is the shared one (runs.py); the name stays for its callers.
+KafkaSensorCursor = SensorCursor
 
 
 def today() -> str:
@@ -51,7 +42,7 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
     @dg.asset(
         key=key,
         group_name=source.name,
-        partitions_def=daily,
+        partitions_def=daily_partitions(source),
         backfill_policy=dg.BackfillPolicy.single_run(),
         kinds={"kafka", "delta"},
         description=(
@@ -112,37 +103,7 @@ def run_key(
     return f"{ranges}|raw={'none' if raw_version is None else raw_version}|gen={generation}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class KafkaSensorCursor:
-    """What the Kafka sensor keeps between ticks (JSON): the run key of the last run it
-    requested, raw's Delta version at the last tick, and how many times raw was seen recreated
-    (its version went back, e.g. tables cleared with the embedded broker): offsets start over
-    then, and the generation keeps the new keys apart from the old ones."""
-
-    run_key: str | None = None
-    raw_version: int | None = None
-    generation: int = 0
-
-    @classmethod
-    def parse(cls, text: str | None) -> "KafkaSensorCursor":
-        data = json.loads(text) if text else {}
-        if not isinstance(data, dict) or "generation" not in data:
-            return cls()  # none yet, or the format before run keys
-        return cls(
-            run_key=data.get("run_key"),
-            raw_version=data.get("raw_version"),
-            generation=int(data["generation"]),
-        )
-
-    def dumps(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-def build_kafka_sensor(
-    source: SourceConfig, warehouse_path: Path, job_name: str
-) -> dg.SensorDefinition:
-    raw_uri = delta.table_uri(warehouse_path, delta.RAW, source.name)
-
+def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefinition:
     @dg.sensor(
         name=f"{source.name}__kafka_sensor",
         job_name=job_name,
@@ -159,13 +120,11 @@ def build_kafka_sensor(
             "it, or new records bring a new request)."
         ),
     )
-    def kafka_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def kafka_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
         last = KafkaSensorCursor.parse(context.cursor)
-        version = delta.version(raw_uri)
-        generation = last.generation
-        if last.raw_version is not None and (version is None or version < last.raw_version):
-            generation += 1  # raw was recreated: the offsets, and so the keys, start over
-        waiting = kafka.pending(warehouse_path, source)
+        version = delta.version(delta.table_uri(lake.warehouse_path, delta.RAW, source.name))
+        generation = last.generation_at(version)  # raw recreated: offsets and keys start over
+        waiting = kafka.pending(lake.warehouse_path, source)
 
         def skip(reason: str) -> dg.SensorResult:
             cursor = KafkaSensorCursor(
@@ -175,12 +134,9 @@ def build_kafka_sensor(
 
         if not waiting:
             return skip("raw has every record of the topics")
-        running = context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=job_name, statuses=_IN_FLIGHT), limit=1
-        )
-        if running:
+        if running := run_in_flight(context.instance, job_name):
             # Its batch ends where it ends; what is left is requested on a later tick.
-            return skip(f"run {running[0].run_id[:8]} is still ingesting")
+            return skip(f"run {running.run_id[:8]} is still ingesting")
         key = run_key(waiting, version, generation)
         if key == last.run_key:
             return skip(

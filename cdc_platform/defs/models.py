@@ -3,8 +3,10 @@
 import dagster as dg
 
 from cdc_platform.catalog import Catalog
+from cdc_platform.defs.automation import automation_sensor
 from cdc_platform.defs.metadata import table_schema
 from cdc_platform.defs.resources import LakeResource, SparkResource
+from cdc_platform.defs.runs import MODELS
 from cdc_platform.lake import delta
 from cdc_platform.models.build import build_model
 from cdc_platform.models.checks import run_tests
@@ -150,9 +152,22 @@ def build_model_checks(project: Project, model: Model) -> dg.AssetChecksDefiniti
 
 
 def build_models_defs(catalog: Catalog) -> dg.Definitions:
-    """One asset per model of the catalog's ``dbt_like_models`` folder, and its checks."""
+    """One asset per model of the catalog's ``dbt_like_models`` folder, its checks, and the
+    automation sensor of the models."""
     project = load_project(default_models_dir(catalog.base_dir), catalog_tables(catalog))
+    assets = [build_model_asset(project, m) for m in project.models.values()]
+    sensors = []
+    if assets:
+        sensors.append(
+            automation_sensor(
+                f"{MODELS}__automation",
+                dg.AssetSelection.assets(*assets),
+                MODELS,
+                "Rebuilds the SQL models whose inputs updated, with their tests.",
+            )
+        )
     return dg.Definitions(
-        assets=[build_model_asset(project, m) for m in project.models.values()],
+        assets=assets,
         asset_checks=[build_model_checks(project, m) for m in project.models.values() if m.tests],
+        sensors=sensors,
     )

@@ -27,19 +27,29 @@ class SparkResource(LazyPySparkResource):
         return self._spark_session
 
     @property
-    def spark_context(self) -> object:
-        return self.spark_session.sparkContext
+    def spark_context(self) -> object | None:
+        """The SparkContext of a local session; None for a Spark Connect client (it has none)."""
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        session = self.spark_session
+        return None if isinstance(session, ConnectSession) else session.sparkContext
 
 
 class LakeResource(dg.ConfigurableResource):
-    """Where the Delta tables and the landing files live."""
+    """Where the Delta tables and the landing files live: what assets and sensors read."""
 
     warehouse: str
     landing: str
+    locations: dict[str, str] = {}
+    """Landing folders of the sources that have their own ``location``, by source name."""
 
     @property
     def warehouse_path(self) -> Path:
         return Path(self.warehouse)
+
+    def landing_for(self, source: str) -> Path:
+        """The landing folder of ``source``: its own location, else ``<landing>/<source>``."""
+        return Path(self.locations.get(source) or Path(self.landing, source))
 
 
 def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
@@ -52,6 +62,8 @@ def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
     return {
         "spark": SparkResource(spark_config=spark_config),
         "lake": LakeResource(
-            warehouse=str(catalog.warehouse_path), landing=str(catalog.landing_path)
+            warehouse=str(catalog.warehouse_path),
+            landing=str(catalog.landing_path),
+            locations={s.name: str(catalog.landing_for(s)) for s in catalog.sources if s.location},
         ),
     }

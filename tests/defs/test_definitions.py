@@ -1,6 +1,8 @@
 """The code location loads, its asset keys are the expected ones, and workspace.yaml validates."""
 
+import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +74,48 @@ def test_a_kafka_source_gets_an_append_only_raw_asset_a_sensor_and_freshness_che
     assert ("current/crm/accounts", "freshness") in checks
     assert ("current/shop/customers", "freshness") in checks
     assert d.get_schedule_def("cdc_freshness").cron_schedule == "*/5 * * * *"
+
+
+def test_every_run_of_a_source_carries_its_tag_for_the_run_queue():
+    d = defs()
+    repo = d.get_repository_def()
+    automation = {
+        s.name: s for s in repo.sensor_defs if isinstance(s, dg.AutomationConditionSensorDefinition)
+    }
+    # One automation sensor per source and one for the models: no catch-all sensor.
+    assert set(automation) == {f"{s}__automation" for s in ("shop", "lindorm", "crm", "models")}
+    graph = d.resolve_asset_graph()
+    for name, sensor in automation.items():
+        source = name.removesuffix("__automation")
+        assert sensor.run_tags == {"cdc/source": source}
+        groups = {graph.get(k).group_name for k in sensor.asset_selection.resolve(graph)}
+        assert groups == {source}
+        if source != "models":
+            assert d.resolve_job_def(f"{source}__ingest").run_tags == {"cdc/source": source}
+
+
+def test_partitions_are_per_source_and_start_where_the_data_starts(tmp_path, monkeypatch):
+    landing = tmp_path / "landing"
+    (landing / "shop" / "dt=2026-03-01").mkdir(parents=True)
+    monkeypatch.setenv("CDC_LANDING", str(landing))
+    graph = defs().resolve_asset_graph()
+
+    def first(key: str) -> str:
+        return graph.get(dg.AssetKey(key.split("/"))).partitions_def.get_first_partition_key()
+
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    assert first("raw/shop") == first("changelog/shop/orders") == "2026-03-01"
+    assert first("quarantine/shop") == "2026-03-01"
+    assert first("raw/lindorm") == first("raw/crm") == today  # no data yet
+
+
+def test_the_demo_instance_queues_one_run_per_source(tmp_path):
+    shutil.copy(ROOT / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        queue = instance.run_coordinator.get_run_queue_config()
+        assert not instance.telemetry_enabled
+    assert queue.max_concurrent_runs == 3
+    assert queue.tag_concurrency_limits == [
+        {"key": "cdc/source", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+    ]

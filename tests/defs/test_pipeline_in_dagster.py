@@ -1,6 +1,5 @@
-"""Materialize the demo catalog's assets with Dagster and check the sensors' run requests."""
+"""Materialize the demo catalog's assets with Dagster (its sensors: test_landing_sensor.py)."""
 
-import datetime as dt
 import json
 from pathlib import Path
 
@@ -94,27 +93,6 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
     assert users == sorted(f"user{i}" for i in range(1, 16))
 
 
-def test_landing_sensor_requests_each_changed_date_once(catalog):
-    source_defs = dg.Definitions.merge(
-        build_source_defs(catalog.source("shop"), catalog),
-        dg.Definitions(resources=build_resources(catalog)),
-    )
-    sensor = source_defs.resolve_sensor_def("shop__landing_sensor")
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
-
-    first = sensor(dg.build_sensor_context(cursor=None))
-    assert [r.partition_key for r in first.run_requests] == [DAY]
-    again = sensor(dg.build_sensor_context(cursor=first.cursor))
-    assert again.run_requests == [] and again.cursor == first.cursor
-
-    later = (dt.date.fromisoformat(DAY) + dt.timedelta(days=1)).isoformat()
-    write_demo_traffic(catalog.landing_path, batch=1, date=later)
-    write_demo_traffic(catalog.landing_path, batch=2, date=DAY)
-    third = sensor(dg.build_sensor_context(cursor=first.cursor))
-    assert sorted(r.partition_key for r in third.run_requests) == [DAY, later]
-    assert set(json.loads(third.cursor)) == {DAY, later}
-
-
 def test_undeclared_tables_are_routed_and_get_assets_on_reload(spark, catalog):
     write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
     extra = catalog.landing_path / "shop" / f"dt={DAY}" / "zz-products.kafka.jsonl"
@@ -138,3 +116,47 @@ def test_undeclared_tables_are_routed_and_get_assets_on_reload(spark, catalog):
     )
     keys = {k.to_user_string() for k in reloaded.resolve_asset_graph().get_all_asset_keys()}
     assert {"changelog/shop/inventory__products", "current/shop/inventory__products"} <= keys
+
+
+def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog):
+    """Sensor -> incremental run -> current, twice: one date, then new files on two dates (one
+    run over their range). The runs ingest just the new files."""
+    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    resources = build_resources(catalog)
+    source_defs = dg.Definitions.merge(
+        build_source_defs(catalog.source("lindorm"), catalog),
+        dg.Definitions(resources=resources, executor=dg.in_process_executor),
+    )
+    sensor = source_defs.resolve_sensor_def("lindorm__landing_sensor")
+    job = source_defs.resolve_job_def("lindorm__ingest")
+
+    def tick_and_run(cursor: str | None, instance: dg.DagsterInstance) -> tuple[str, dict]:
+        with dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources=resources
+        ) as context:
+            result = sensor(context)
+        (request,) = result.run_requests
+        run = job.execute_in_process(
+            partition_key=request.partition_key, tags=request.tags, instance=instance
+        )
+        assert run.success
+        # One materialization per partition of the run, each with the run's metadata.
+        raw = run.asset_materializations_for_node("raw__lindorm")[0]
+        return result.cursor, {k: getattr(v, "value", v) for k, v in raw.metadata.items()}
+
+    def users() -> list[str]:
+        rows = delta.read(
+            spark, delta.table_uri(catalog.warehouse_path, "current", "lindorm", "users")
+        )
+        return sorted(r["ROW"] for r in rows.toArrow().to_pylist())
+
+    with dg.instance_for_test() as instance:
+        cursor, raw = tick_and_run(None, instance)
+        assert raw["files_ingested"] == 1
+        assert users() == sorted(f"user{i}" for i in range(1, 6))
+
+        write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
+        write_demo_traffic(catalog.landing_path, batch=2, date=NEXT_DAY)
+        cursor, raw = tick_and_run(cursor, instance)
+        assert raw["files_ingested"] == 2  # the two new files, not batch 0's again
+        assert users() == sorted(f"user{i}" for i in range(1, 16))

@@ -78,16 +78,21 @@ class _Location:
 
     def __init__(self, catalog, instance: dg.DagsterInstance) -> None:
         self.catalog, self.instance = catalog, instance
+        self.resources = build_resources(catalog)
         self.defs = dg.Definitions.merge(
             build_source_defs(catalog.source("k"), catalog),
-            dg.Definitions(resources=build_resources(catalog), executor=dg.in_process_executor),
+            dg.Definitions(resources=self.resources, executor=dg.in_process_executor),
         )
         self.sensor = self.defs.resolve_sensor_def("k__kafka_sensor")
         self.job = self.defs.resolve_job_def("k__ingest")
         self.cursor: str | None = None
 
     def evaluate(self, cursor: str | None) -> dg.SensorResult:
-        return self.sensor(dg.build_sensor_context(instance=self.instance, cursor=cursor))
+        # The sensor reads the warehouse from the lake resource, as in the code location.
+        with dg.build_sensor_context(
+            instance=self.instance, cursor=cursor, resources=self.resources
+        ) as context:
+            return self.sensor(context)
 
     def tick(self) -> list[dg.RunRequest]:
         result = self.evaluate(self.cursor)
@@ -298,6 +303,7 @@ _CRASH = textwrap.dedent(
     from cdc_platform.catalog import load_catalog
     from cdc_platform.lake import delta as lake
     from cdc_platform.spark.session import get_spark
+    from cdc_platform.steps.normalize import normalize_new
 
     catalog = load_catalog(sys.argv[1])
     real = lake.append_normalized

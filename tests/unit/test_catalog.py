@@ -1,5 +1,6 @@
 """sources.yaml validation: good files load, bad ones fail with one line naming the key."""
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,17 @@ def test_environment_overrides_storage(tmp_path, monkeypatch):
         ("sources: [{name: a}, {name: a}]", "source names repeat"),
         ("warehouse: w", "sources: Field required"),
         ("sources: [", "not valid YAML"),
+        ("sources: [{name: a, start_date: 2024-02-30}]",
+         "sources.0.start_date: 2024-02-30 is not a real date (day is out of range for month)"),
+        ("sources: [{name: a, start_date: '2024-1-5'}]",
+         "sources.0.start_date: must be a date YYYY-MM-DD, not '2024-1-5'"),
+        ("sources: [{name: a, start_date: 2024-01-05T10:00:00}]",
+         "sources.0.start_date: must be a date YYYY-MM-DD"),
+        ("sources: [{name: a, start_date: 20240105}]",
+         "sources.0.start_date: must be a date YYYY-MM-DD, not 20240105"),
+        ("sources: [{name: a, start_date: 2999-01-01}]",
+         "sources.0.start_date: 2999-01-01 is after today"),
+        ("sources: [{name: models}]", "sources.0.name: models is reserved"),
     ],
 )  # fmt: skip
 def test_bad_catalogs_name_the_problem(tmp_path, text, message):
@@ -54,6 +66,15 @@ def test_bad_catalogs_name_the_problem(tmp_path, text, message):
         load_catalog(_write(tmp_path, text))
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_start_date_is_an_iso_date_up_to_today(tmp_path):
+    catalog = load_catalog(_write(tmp_path, "sources: [{name: a, start_date: 2024-02-29}]"))
+    assert catalog.source("a").start_date == dt.date(2024, 2, 29)
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    catalog = load_catalog(_write(tmp_path, f"sources: [{{name: a, start_date: '{today}'}}]"))
+    assert catalog.source("a").start_date.isoformat() == today
+    assert load_catalog(_write(tmp_path, "sources: [{name: a}]")).source("a").start_date is None
 
 
 def test_missing_file(tmp_path):
