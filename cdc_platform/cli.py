@@ -20,6 +20,8 @@ import base64
 import datetime as dt
 import decimal
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -142,11 +144,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _quality_report(args: argparse.Namespace) -> int:
     from cdc_platform.quality.commands import quality_report
-    from cdc_platform.spark.session import get_spark
 
     _check_warehouse(args.warehouse, must_exist=True)
     index, runs = quality_report(
-        get_spark(), args.warehouse.resolve(), args.out.resolve(), args.sources
+        _spark(), args.warehouse.resolve(), args.out.resolve(), args.sources
     )
     failed = [(run, r) for run in runs for r in run.rules if not r.success]
     for run, r in failed:
@@ -158,11 +159,10 @@ def _quality_report(args: argparse.Namespace) -> int:
 
 def _redrive(args: argparse.Namespace) -> int:
     from cdc_platform.quality.commands import redrive_all
-    from cdc_platform.spark.session import get_spark
 
     _check_warehouse(args.warehouse, must_exist=True)
     results = redrive_all(
-        get_spark(), args.warehouse.resolve(), args.reason, args.source, args.sources
+        _spark(), args.warehouse.resolve(), args.reason, args.source, args.sources
     )
     for name, r in results.items():
         for reason, n in sorted(r.reasons.items()):
@@ -175,7 +175,6 @@ def _redrive(args: argparse.Namespace) -> int:
 def _models(args: argparse.Namespace) -> int:
     from cdc_platform.models import commands
     from cdc_platform.models.project import ModelError
-    from cdc_platform.spark.session import get_spark
 
     catalog = _catalog(args.sources)
     warehouse = (args.warehouse or catalog.warehouse_path).resolve()
@@ -185,14 +184,14 @@ def _models(args: argparse.Namespace) -> int:
     try:
         project = commands.open_project(catalog, warehouse, args.models)
         if args.models_command == "compile":
-            for header, sql in commands.compile_models(get_spark(), project, names):
+            for header, sql in commands.compile_models(_spark(catalog), project, names):
                 print(f"{header}\n{sql.strip()}\n")
         elif args.models_command == "run":
-            spark = get_spark()
+            spark = _spark(catalog)
             for summary in commands.run_models(spark, warehouse, project, names, args.full_refresh):
                 print(json.dumps(summary, sort_keys=True), flush=True)
         else:
-            for result in commands.run_model_tests(get_spark(), warehouse, project, names):
+            for result in commands.run_model_tests(_spark(catalog), warehouse, project, names):
                 print(json.dumps(result, sort_keys=True), flush=True)
                 failed |= not result["passed"] and result["severity"] == "error"
     except ModelError as e:
@@ -242,6 +241,18 @@ def _catalog(path: Path | None):
     return load_catalog(path or default_catalog_path())
 
 
+def _spark(catalog=None):
+    """The command's session: the catalog's ``spark`` settings (``remote``: a Spark Connect
+    client); without a catalog local, or what CDC_SPARK_REMOTE / CDC_SPARK_MASTER say."""
+    from cdc_platform.spark.session import get_spark
+
+    if catalog is not None:
+        settings = catalog.spark_settings()
+        return get_spark(settings.master, settings.conf, remote=settings.remote)
+    master = os.environ.get("CDC_SPARK_MASTER") or "local[*]"
+    return get_spark(master, remote=os.environ.get("CDC_SPARK_REMOTE") or None)
+
+
 def _broker(args: argparse.Namespace) -> int:
     """Run the embedded broker until interrupted. It starts empty, so the Kafka sources that read
     from it start over: their tables would hold offsets past the new topics' ends."""
@@ -278,17 +289,38 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _spark_server(args: argparse.Namespace) -> int:
     """Run a Spark Connect server with the catalog's master and settings until interrupted."""
-    import subprocess
+    import signal
 
     from cdc_platform.spark import connect_server
 
     settings = _catalog(args.sources).spark_settings()
     argv, env = connect_server.command(settings.master, settings.conf, args.port)
     print(f"Spark Connect on sc://127.0.0.1:{args.port}; Ctrl-C stops it", flush=True)
+    # The JVM is a grandchild of the launcher scripts: start them in a process group of their own
+    # and stop the whole group, or a SIGTERM (make demo's exit) would leave the JVM running.
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return subprocess.run(argv, env=env, check=False).returncode
+        return proc.wait()
     except KeyboardInterrupt:
+        _stop_group(proc)
         return 0
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group of ``proc``, SIGKILL when it has not ended after 30 s."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _interrupt(signum: int, frame: object) -> NoReturn:
@@ -334,7 +366,6 @@ def _check_warehouse(path: Path, must_exist: bool) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from cdc_platform.spark.session import get_spark
     from cdc_platform.steps.replay import replay
 
     files = _input_files(args.inputs)
@@ -354,7 +385,7 @@ def _replay(args: argparse.Namespace) -> int:
     key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
     summary, result = replay(
-        get_spark(),
+        _spark(),
         args.warehouse.resolve(),
         files,
         source,
@@ -404,13 +435,12 @@ def _jsonable(value: object) -> object:
 def _show(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
-    from cdc_platform.spark.session import get_spark
     from cdc_platform.steps.merge import current_rows
 
     warehouse = args.warehouse.resolve()
     _check_warehouse(warehouse, must_exist=True)
     source, table = _find_table(warehouse, args.table, args.source)
-    spark = get_spark()
+    spark = _spark()
     state = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source, table))
     key = state.get("key", [])
     if args.layer == "current":

@@ -1,8 +1,17 @@
 """Shared fixtures: one local SparkSession for the whole run, a fresh warehouse per test, a Kafka
-broker when a test asks for one."""
+broker when a test asks for one.
+
+The modules in ``CONNECT_MODULES`` run each test that uses ``spark`` twice: ``[local]`` and
+``[connect]``, the second against one Spark Connect server for the whole run (started by the
+first such test). ``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"``
+skips it."""
 
 import json
 import os
+import signal
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +20,7 @@ from hypothesis import settings
 from pyspark.sql import SparkSession
 
 from cdc_platform import broker
+from cdc_platform.spark import connect_server
 from cdc_platform.spark.session import get_spark
 
 # Property and fuzz tests draw the same examples on every run ("ci", the default): a red run means
@@ -27,12 +37,130 @@ SEEDS = SHARED / "seeds"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-@pytest.fixture(scope="session")
-def spark() -> SparkSession:
-    # local[2] with few shuffle partitions: the suite's frames are tiny, scheduling dominates.
-    return get_spark(
-        "local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+# local[2] with few shuffle partitions: the suite's frames are tiny, scheduling dominates.
+SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+
+# Every path of the platform must also work on Spark Connect: the end-to-end, per-format, models,
+# Dagster pipeline, redrive and quality tests run on both sessions. (Not the property test: its
+# many examples would cost minutes more, and the paths it drives are all covered here.)
+_TESTS = Path(__file__).resolve().parent
+CONNECT_TESTS = [
+    _TESTS / name
+    for name in (
+        "spark/test_corpus_debezium.py", "spark/test_seed_debezium.py",
+        "spark/test_replay_edge_cases.py", "spark/test_current_state_rules.py",
+        "spark/test_merge_semantics.py", "spark/test_history.py", "spark/test_detection.py",
+        "spark/test_format_canal.py", "spark/test_format_datahub_tuple.py",
+        "spark/test_format_dataworks.py", "spark/test_format_dts_avro.py",
+        "spark/test_format_maxwell.py", "spark/test_format_ogg.py",
+        "spark/test_format_shareplex.py", "models", "defs/test_pipeline_in_dagster.py",
+        "quality/test_redrive.py", "quality/test_suites.py", "quality/test_cli.py",
+        "quality/test_dagster.py", "spark/test_landing_incremental.py",
     )
+]  # fmt: skip
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    path = metafunc.definition.path.resolve()
+    if "spark" in metafunc.fixturenames and any(
+        path == t or t in path.parents for t in CONNECT_TESTS
+    ):
+        metafunc.parametrize("spark", ["local", "connect"], indirect=True, scope="session")
+
+
+def _on_connect(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("spark") == "connect"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _on_connect(item):
+            item.add_marker("spark_connect")
+
+
+# pyspark picks Classic or Connect for pyspark.sql.functions, Window, ... by one process-wide
+# variable; this process holds both sessions, so each test sets it (and CDC_SPARK_REMOTE, for
+# the CLI and Dagster resources it runs) before its fixtures are built. A path that would start
+# a local session in a [connect] test fails there (SESSION_ALREADY_EXIST), never runs locally.
+_ENV_BEFORE = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "CDC_SPARK_REMOTE")}
+_connect_url: str | None = None
+
+
+def _set_mode(connect: bool) -> None:
+    wanted = {"SPARK_CONNECT_MODE_ENABLED": "1", "CDC_SPARK_REMOTE": _connect_url}
+    for key, before in _ENV_BEFORE.items():
+        value = wanted[key] if connect else before
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _set_mode(_on_connect(item))
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"no Spark Connect server after {timeout} s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """sc:// address of a Spark Connect server (``cdc-platform spark-server``'s command: this
+    interpreter for Python workers) on a free port; started on first use, stopped at the end."""
+    global _connect_url
+    port = broker.free_port()
+    log = tmp_path_factory.mktemp("spark-connect") / "server.log"
+    # 2 GB: the server shares this 2-core CI machine with the local session's JVM.
+    argv, env = connect_server.command(
+        "local[2]", {**SPARK_CONF, "spark.driver.memory": "2g"}, port
+    )
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        _wait_for_port(port, server, log, timeout=180)
+        _connect_url = f"sc://127.0.0.1:{port}"
+        _set_mode(True)  # the test that started it runs on it
+        yield _connect_url
+    finally:
+        _connect_url = None
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(server.pid, sig)
+                server.wait(timeout=60)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@pytest.fixture(scope="session")
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    """The local session, or (param "connect") a Spark Connect client of ``spark_connect_url``.
+
+    The client is a new session (``create``: the classic builder's ``getOrCreate`` refuses a
+    remote one while a local one exists); it becomes Connect's default, which later
+    ``get_spark(remote=...)`` calls (CLI, Dagster resources) return."""
+    if getattr(request, "param", "local") != "connect":
+        yield get_spark("local[2]", SPARK_CONF)
+        return
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(request.getfixturevalue("spark_connect_url")).create()
+    yield session
+    session.stop()
 
 
 @pytest.fixture

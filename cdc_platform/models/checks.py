@@ -84,8 +84,9 @@ def run_tests(
     outcomes = []
     for test in tests:
         sql = failing_values_sql(project, model_name, test)
-        # One job: the first offending values, with the totals over all of them.
-        everything = Window.partitionBy()
+        # One job: the first offending values, with the totals over all of them. (A window of
+        # all rows; by a literal, as a Spark Connect client warns on each window without one.)
+        everything = Window.partitionBy(F.lit(0))
         top = (
             spark.sql(sql)
             .select(

@@ -23,13 +23,21 @@ def command(
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that run the server until it is stopped."""
     spark_home = Path(pyspark.__file__).parent
+    # A client's settings would make the server's own Python workers Connect clients.
+    client = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in client},
         "JAVA_HOME": ensure_java(),
         "SPARK_HOME": str(spark_home),
         "PYSPARK_PYTHON": sys.executable,
     }
-    settings = {**DEFAULT_CONF, **conf, "spark.connect.grpc.binding.port": str(port)}
+    # WARN: at INFO a busy server logs a megabyte every few minutes.
+    settings = {
+        **DEFAULT_CONF,
+        "spark.log.level": "WARN",
+        **conf,
+        "spark.connect.grpc.binding.port": str(port),
+    }
     args = ["bash", str(spark_home / "sbin" / "start-connect-server.sh"), "--wait"]
     args += ["--master", master]
     for key, value in settings.items():

@@ -111,13 +111,21 @@ def get_spark(
     app_name: str = "cdc-platform",
 ) -> SparkSession:
     """The process's SparkSession, created on first use (later calls return the same one)."""
-    builder = SparkSession.builder.appName(app_name)
     if remote:
-        builder = builder.remote(remote)
+        # Connect's own builder: the classic one refuses a remote session in a process that
+        # already has a local one. The variable is what the classic builder sets: it makes
+        # pyspark.sql.functions build Connect columns.
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        builder = ConnectSession.builder.appName(app_name).remote(remote)
     else:
         prepare_local()
-        builder = builder.master(master)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+        builder = SparkSession.builder.appName(app_name).master(master)
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    if remote:  # a client can set SQL settings only; the server started with the others
+        settings = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not remote:

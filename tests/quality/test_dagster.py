@@ -72,7 +72,9 @@ def _run(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProc
     return job.execute_in_process(partition_key=DAY, instance=instance, raise_on_error=False)
 
 
-def test_an_error_check_on_the_change_log_blocks_the_merge(catalog):
+# `spark` in a test's arguments: its runs' Spark resource gets that session (local, or the
+# Spark Connect client of the [connect] pass; see tests/conftest.py).
+def test_an_error_check_on_the_change_log_blocks_the_merge(spark, catalog):
     instance = dg.DagsterInstance.ephemeral()
     defs = _defs(catalog, TOO_OLD, models=True)
     # The same assets with their conditions minus the blocking-checks part, for comparison.
@@ -114,7 +116,7 @@ def test_an_error_check_on_the_change_log_blocks_the_merge(catalog):
     assert [a.get_num_requested(DAILY_CHANGES) for a in after] == [0, 1]
 
 
-def test_passing_checks_let_the_merge_run_and_report_its_own(catalog):
+def test_passing_checks_let_the_merge_run_and_report_its_own(spark, catalog):
     instance = dg.DagsterInstance.ephemeral()
     defs = _defs(catalog, models=True)
     before = dg.evaluate_automation_conditions(defs=defs, instance=instance)

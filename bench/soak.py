@@ -1,0 +1,687 @@
+"""Soak test of `make demo`'s stack: steady CDC traffic for minutes, sampled every few seconds.
+
+Starts what `make demo` starts (bench/latency.py's `DemoStack`, on a temporary folder): the
+embedded broker, the Spark Connect server and `dagster dev` with the demo's run-queue
+dagster.yaml, on a catalog with two Debezium sources, `soak_files` (landing files) and
+`soak_kafka` (a topic on the broker). A generator thread writes RATE change events per second for
+MINUTES, split between the two: a new landing file every FILE_EVERY seconds under
+`<landing>/soak_files/dt=<today>/`, and records produced to the topic as they are made (a Kafka
+tombstone after each delete, as Debezium sends). Each source has its own bounded key space
+(KEYS ids): an event on a key that is not live inserts it, on a live key it deletes it (15%) or
+updates it; the generator keeps the reference state (id -> last row, deleted ids gone).
+
+Every SAMPLE_EVERY seconds it samples, per source, the runs queued and in flight (the webserver's
+GraphQL API, runsOrError; a run belongs to a source by its `cdc/source` tag, else by its job
+`<source>__ingest`), the freshness lag of the current table (now - the newest source event time
+it reflects, `cdc_platform.freshness.current`, from Delta statistics; before anything is visible,
+now - the source's first event), the backlog (messages produced - rows in raw), and the resident
+memory of every process of the stack (VmRSS over the process trees of the processes it started,
+Dagster's run processes included). After the generator stops it waits (at most DRAIN seconds)
+until every source has caught up, then checks that each current table equals the reference
+state and that raw holds exactly the messages produced, each with an outcome (change log,
+control, DDL or quarantine). Prints the samples as a table, a summary against the targets, and
+plots lag, queue and memory over time.
+
+    .venv/bin/python bench/soak.py [--minutes 10] [--rate 1000] [--keys 20000] [--file-every 5]
+        [--sample-every 10] [--drain 300] [--settle 120] [--plot docs/soak.png]
+        [--local-session] [--keep]
+
+The plot needs matplotlib: `pip install -e '.[bench]'`, or `--plot ''` for none.
+"""
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from latency import (  # noqa: E402  (bench/ is not a package)
+    IN_FLIGHT,
+    QUEUED,
+    ROOT,
+    TABLE,
+    TOPIC,
+    DemoStack,
+    StackError,
+    check_prerequisites,
+    create_topic,
+    debezium_value,
+    demo_settings,
+    free_port,
+    install_signal_handlers,
+    rss_bytes,
+    run_source,
+    today,
+    verdict,
+    write_catalog,
+    write_landing_file,
+)
+
+FILES, KAFKA = "soak_files", "soak_kafka"
+SOURCES = (FILES, KAFKA)
+COLUMN_TYPES = {"id": "bigint", "name": "string", "amount": "double", "version": "bigint"}
+DELETE_SHARE = 0.15
+TARGET_QUEUED = 1
+TARGET_IN_FLIGHT = 1
+TARGET_LAG_P95_S = 60.0
+TARGET_RSS = 8 * 2**30
+GIB = 2**30
+
+
+class Stream:
+    """One source's changes: the next event for a random key, and the reference state."""
+
+    def __init__(self, keys: int, rng: random.Random) -> None:
+        self.keys = keys
+        self.rng = rng
+        self.state: dict[int, dict] = {}
+        self.pos = 4  # binlog position: strictly increasing, so the order is unambiguous
+        self.messages = 0  # what the transport carries (Kafka: tombstones too)
+        self.ops: Counter = Counter()
+        self.first_ms: int | None = None
+        self.last_ms: int | None = None
+
+    def next(self, now_ms: int) -> tuple[int, str, str]:
+        """(id, op, Debezium value) of one new change, applied to the reference state."""
+        key = self.rng.randint(1, self.keys)
+        old = self.state.get(key)
+        self.pos += 1
+        if old is None:
+            op, new = "c", {"id": key, "name": f"n{key}-0", "version": 0}
+        elif self.rng.random() < DELETE_SHARE:
+            op, new = "d", None
+        else:
+            v = old["version"] + 1
+            op, new = "u", {"id": key, "name": f"n{key}-{v}", "version": v}
+        if new is not None:
+            new["amount"] = round(self.rng.uniform(0, 100_000), 2)
+            self.state[key] = new
+        else:
+            del self.state[key]
+        self.ops[op] += 1
+        self.first_ms = self.first_ms or now_ms
+        self.last_ms = now_ms
+        return key, op, debezium_value(op, old, new, self.pos, now_ms)
+
+
+class Generator(threading.Thread):
+    """RATE events/s for SECONDS, alternating between the landing source and the topic."""
+
+    def __init__(
+        self, landing: Path, bootstrap: str, rate: float, seconds: float, file_every: float,
+        keys: int, seed: int,
+    ) -> None:  # fmt: skip
+        super().__init__(name="generator", daemon=True)
+        from confluent_kafka import Producer
+
+        self.landing = landing / FILES
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                                  "log_level": 0})  # fmt: skip
+        self.undelivered = 0
+        self.rate, self.seconds, self.file_every = rate, seconds, file_every
+        self.streams = {FILES: Stream(keys, random.Random(seed)),
+                        KAFKA: Stream(keys, random.Random(seed + 1))}  # fmt: skip
+        self.buffer: list[str] = []
+        self.files = 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.started_at: float | None = None  # time.time()
+        self.ended_at: float | None = None
+
+    def _flush_file(self) -> None:
+        if self.buffer:
+            self.files += 1
+            write_landing_file(self.landing / f"dt={today()}", f"{self.files:06d}.jsonl",
+                               self.buffer)  # fmt: skip
+            self.streams[FILES].messages += len(self.buffer)
+            self.buffer = []
+
+    def _produce(self, key: int, value: str | None) -> None:
+        while True:
+            try:
+                self.producer.produce(TOPIC, key=json.dumps({"id": key}), value=value,
+                                      on_delivery=self._delivered)  # fmt: skip
+                self.streams[KAFKA].messages += 1
+                return
+            except BufferError:
+                self.producer.poll(0.1)
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.undelivered += 1
+
+    def run(self) -> None:
+        try:
+            self.started_at = time.time()
+            start = time.monotonic()
+            last_file = start
+            emitted = 0
+            while not self.stop.is_set():
+                now = time.monotonic()
+                elapsed = now - start
+                due = int(self.rate * min(elapsed, self.seconds)) - emitted
+                now_ms = int(time.time() * 1000)
+                for _ in range(due):
+                    name = SOURCES[emitted % 2]
+                    key, op, value = self.streams[name].next(now_ms)
+                    if name == FILES:
+                        self.buffer.append(value)
+                    else:
+                        self._produce(key, value)
+                        if op == "d":
+                            self._produce(key, None)  # Debezium's tombstone after a delete
+                    emitted += 1
+                self.producer.poll(0)
+                if now - last_file >= self.file_every:
+                    self._flush_file()
+                    last_file = now
+                if elapsed >= self.seconds:
+                    break
+                time.sleep(0.05)
+            self._flush_file()
+            if self.producer.flush(60) or self.undelivered:
+                raise StackError("the producer could not deliver every record to the broker")
+        except BaseException as e:  # noqa: BLE001  (reported by the main thread)
+            self.error = e
+        finally:
+            self.ended_at = time.time()
+
+    @property
+    def events(self) -> int:
+        return sum(s.ops.total() for s in self.streams.values())
+
+
+# --- sampling -----------------------------------------------------------------------------
+
+
+def lag_seconds(warehouse: Path, source: str, stream: Stream) -> float | None:
+    """now - the newest source event time the current table reflects; before it reflects any,
+    now - the source's first event (None before there is one)."""
+    from cdc_platform import freshness
+
+    try:
+        fresh = freshness.current(warehouse, source, TABLE)
+    except Exception:  # noqa: BLE001  (a table being created; the next sample sees it)
+        fresh = None
+    if fresh is not None and fresh.lag_seconds is not None:
+        return fresh.lag_seconds
+    if stream.first_ms is None:
+        return None
+    return time.time() - stream.first_ms / 1000
+
+
+def position_ms(warehouse: Path, source: str) -> float | None:
+    from cdc_platform import freshness
+
+    try:
+        position = freshness.current(warehouse, source, TABLE).position
+    except Exception:  # noqa: BLE001
+        return None
+    return position.timestamp() * 1000 if position else None
+
+
+def raw_rows(warehouse: Path, source: str) -> int:
+    from cdc_platform.lake import delta as lake
+
+    try:
+        return lake.row_count(lake.table_uri(warehouse, lake.RAW, source))
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def active_runs(stack: DemoStack) -> dict[str, dict[str, int]] | None:
+    """source -> {"queued": n, "in_flight": n}; None when the webserver did not answer."""
+    try:
+        runs = stack.runs(statuses=(*QUEUED, *IN_FLIGHT), limit=200)
+    except (OSError, StackError):
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for r in runs:
+        counts = out.setdefault(run_source(r), {"queued": 0, "in_flight": 0})
+        counts["queued" if r["status"] in QUEUED else "in_flight"] += 1
+    return out
+
+
+def take_sample(stack: DemoStack, gen: Generator, phase: str) -> dict:
+    t = time.time() - (gen.started_at or time.time())
+    runs = active_runs(stack)
+    sample = {"t": round(t, 1), "phase": phase, "graphql_ok": runs is not None, "sources": {}}
+    for name in SOURCES:
+        stream = gen.streams[name]
+        counts = (runs or {}).get(name, {"queued": 0, "in_flight": 0})
+        sample["sources"][name] = {
+            "queued": counts["queued"] if runs is not None else None,
+            "in_flight": counts["in_flight"] if runs is not None else None,
+            "lag": lag_seconds(stack.warehouse, name, stream),
+            "backlog": stream.messages - raw_rows(stack.warehouse, name),
+        }
+    sample["other_runs"] = sum(
+        c["queued"] + c["in_flight"] for s, c in (runs or {}).items() if s not in SOURCES
+    )
+    rss = stack.rss()
+    sample["rss"] = sum(rss.values())
+    sample["rss_parts"] = rss
+    return sample
+
+
+HEADER = (
+    f"{'t s':>6} {'phase':<5} | "
+    + " | ".join(f"{n:<10} {'q':>2} {'run':>3} {'lag s':>6} {'backlog':>7}" for n in SOURCES)
+    + f" | {'other':>5} {'RSS GiB':>7}"
+)
+
+
+def _fmt(value, width: int, digits: int = 0) -> str:
+    if value is None:
+        return f"{'?':>{width}}"
+    return f"{value:>{width}.{digits}f}" if isinstance(value, float) else f"{value:>{width}}"
+
+
+def sample_row(s: dict) -> str:
+    parts = []
+    for name in SOURCES:
+        x = s["sources"][name]
+        parts.append(f"{'':<10} {_fmt(x['queued'], 2)} {_fmt(x['in_flight'], 3)} "
+                     f"{_fmt(x['lag'], 6, 1)} {_fmt(x['backlog'], 7)}")  # fmt: skip
+    return (f"{s['t']:>6.0f} {s['phase']:<5} | " + " | ".join(parts)
+            + f" | {s['other_runs']:>5} {s['rss'] / GIB:>7.2f}")  # fmt: skip
+
+
+# --- draining and the end checks -----------------------------------------------------------
+
+
+def caught_up(stack: DemoStack, gen: Generator) -> dict[str, bool]:
+    """Per source: raw holds every message, the current table reflects the last event, and no
+    run of the source is queued or in flight."""
+    runs = active_runs(stack)
+    out = {}
+    for name, stream in gen.streams.items():
+        busy = runs is None or sum((runs.get(name) or {}).values()) > 0
+        pos = position_ms(stack.warehouse, name)
+        out[name] = (
+            not busy
+            and raw_rows(stack.warehouse, name) >= stream.messages
+            and (stream.last_ms is None or (pos is not None and pos >= stream.last_ms - 1))
+        )
+    return out
+
+
+def compare_current(warehouse: Path, source: str, stream: Stream) -> dict:
+    """The current table's live rows against the reference state."""
+    from cdc_platform.lake import delta as lake
+
+    uri = lake.table_uri(warehouse, lake.CURRENT, source, TABLE)
+    table = lake.read_arrow(uri, columns=[*COLUMN_TYPES, "__deleted"])
+    rows = {}
+    if table is not None:
+        for r in table.to_pylist():
+            if not r.pop("__deleted"):
+                rows[r["id"]] = r
+    expected = stream.state
+    missing = sorted(set(expected) - set(rows))
+    extra = sorted(set(rows) - set(expected))
+    differ = sorted(k for k in set(rows) & set(expected) if rows[k] != expected[k])
+    return {
+        "expected": len(expected), "live": len(rows), "missing": len(missing),
+        "extra": len(extra), "differ": len(differ),
+        "examples": [("missing", k, expected[k]) for k in missing[:2]]
+        + [("extra", k, rows[k]) for k in extra[:2]]
+        + [("differ", k, {"table": rows[k], "reference": expected[k]}) for k in differ[:2]],
+        "ok": not (missing or extra or differ),
+    }  # fmt: skip
+
+
+def reconcile(warehouse: Path, source: str, produced: int) -> dict:
+    """Raw rows against the messages produced, and every raw message's outcome: the first of
+    change, control, ddl, quarantine whose table holds its raw coordinates (duckdb over Arrow,
+    as `cdc_platform.quality.frames.reconciliation_frame` does in Spark)."""
+    import duckdb
+
+    from cdc_platform.formats.canonical import RAW_COORDINATES
+    from cdc_platform.lake import delta as lake
+
+    coords = list(RAW_COORDINATES)
+    raw = lake.read_arrow(lake.table_uri(warehouse, lake.RAW, source), columns=coords)
+    if raw is None:
+        return {"raw": 0, "produced": produced, "ok": False, "outcomes": {}, "no_outcome": 0,
+                "duplicates": 0, "quarantine_reasons": {}}  # fmt: skip
+    outputs = []
+    for outcome, uris in (
+        ("change", lake.tables_under(warehouse, lake.CHANGELOG, source)),
+        ("control", [lake.table_uri(warehouse, lake.CONTROL, source)]),
+        ("ddl", lake.tables_under(warehouse, lake.DDL, source)),
+        ("quarantine", [lake.table_uri(warehouse, lake.QUARANTINE, source)]),
+    ):
+        for uri in uris:
+            if lake.exists(uri) and set(coords) <= set(lake.arrow_schema(uri).names):
+                outputs.append((outcome, lake.read_arrow(uri, columns=coords)))
+    con = duckdb.connect()
+    key = "concat_ws(chr(31), " + ", ".join(
+        f"coalesce(cast(\"{c}\" as varchar), chr(0))" for c in coords
+    ) + ")"  # fmt: skip
+    con.register("raw", raw)
+    union = []
+    for i, (outcome, table) in enumerate(outputs):
+        con.register(f"out{i}", table)
+        rank = ("change", "control", "ddl", "quarantine").index(outcome)
+        union.append(f"select {key} as k, {rank} as rank, '{outcome}' as outcome from out{i}")
+    outs = " union all ".join(union) or "select null as k, 0 as rank, null as outcome where false"
+    rows = con.execute(f"""
+        with o as (select k, arg_min(outcome, rank) as outcome from ({outs}) group by k),
+             r as (select {key} as k from raw)
+        select coalesce(o.outcome, '(none)'), count(*) from r left join o using (k) group by 1
+    """).fetchall()  # fmt: skip
+    outcomes = dict(rows)
+    duplicates = con.execute(f"select count(*) - count(distinct {key}) from raw").fetchall()[0][0]
+    reasons = {}
+    q = lake.table_uri(warehouse, lake.QUARANTINE, source)
+    if lake.exists(q) and "reason" in lake.arrow_schema(q).names:
+        con.register("q", lake.read_arrow(q, columns=["reason"]))
+        reasons = dict(con.execute("select reason, count(*) from q group by 1 order by 2 desc"
+                                   " limit 5").fetchall())  # fmt: skip
+    no_outcome = outcomes.get("(none)", 0)
+    return {
+        "raw": raw.num_rows, "produced": produced, "outcomes": outcomes, "no_outcome": no_outcome,
+        "duplicates": duplicates, "quarantine_reasons": reasons,
+        "ok": raw.num_rows == produced and no_outcome == 0 and duplicates == 0,
+    }  # fmt: skip
+
+
+def run_summary(stack: DemoStack) -> dict[str, dict]:
+    """Per source (or other job): runs by status, run and queue+launch times."""
+    out: dict[str, dict] = {}
+    for r in stack.runs():
+        s = out.setdefault(run_source(r), {"status": Counter(), "run": [], "launch": []})
+        s["status"][r["status"]] += 1
+        if r.get("startTime"):
+            s["launch"].append(r["startTime"] - r["creationTime"])
+            if r.get("endTime"):
+                s["run"].append(r["endTime"] - r["startTime"])
+    return out
+
+
+def p95(values: list[float]) -> float:
+    """Nearest-rank 95th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+# --- the plot ------------------------------------------------------------------------------
+
+
+def plot(samples: list[dict], stop_t: float, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def nan(v):
+        return float("nan") if v is None else v
+
+    t = [s["t"] / 60 for s in samples]
+    fig, (ax_lag, ax_q, ax_rss) = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    colors = {FILES: "tab:blue", KAFKA: "tab:orange"}
+    offset = {FILES: -0.04, KAFKA: 0.04}  # so that equal counts do not hide each other
+    for name in SOURCES:
+        xs = [s["sources"][name] for s in samples]
+        ax_lag.plot(t, [nan(x["lag"]) for x in xs], color=colors[name], label=name)
+        for what, style in (("in_flight", "-"), ("queued", "--")):
+            ys = [nan(x[what]) + offset[name] for x in xs]
+            ax_q.step(t, ys, where="post", color=colors[name], linestyle=style,
+                      label=f"{name} {what.replace('_', ' ')}")  # fmt: skip
+    ax_lag.axhline(TARGET_LAG_P95_S, color="red", linewidth=0.8, linestyle=":",
+                   label="target p95 60 s")  # fmt: skip
+    ax_lag.set_ylabel("freshness lag (s)")
+    ax_q.axhline(1, color="red", linewidth=0.8, linestyle=":", label="target: at most 1")
+    ax_q.set_ylabel("runs per source (lines offset)")
+    ax_rss.plot(t, [s["rss"] / GIB for s in samples], color="tab:green", label="stack RSS")
+    ax_rss.axhline(TARGET_RSS / GIB, color="red", linewidth=0.8, linestyle=":",
+                   label="target 8 GiB")  # fmt: skip
+    ax_rss.set_ylabel("resident memory (GiB)")
+    ax_rss.set_xlabel("minutes since the generator started")
+    for ax in (ax_lag, ax_q, ax_rss):
+        ax.axvline(stop_t / 60, color="grey", linewidth=0.8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    ax_lag.set_title(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def check_imports(want_plot: bool) -> None:
+    for module, hint in (("confluent_kafka", "pip install -e ."), ("deltalake", "pip install -e ."),
+                         ("duckdb", "pip install -e '.[dev]'")):  # fmt: skip
+        try:
+            __import__(module)
+        except ImportError:
+            raise StackError(f"{module} is not installed: {hint}") from None
+    if want_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise StackError(
+                "matplotlib is not installed (the plot needs it): pip install -e '.[bench]', "
+                "or pass --plot '' to skip the plot"
+            ) from None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10, help="how long the generator runs")
+    parser.add_argument("--rate", type=float, default=1000, help="events per second, both sources")
+    parser.add_argument("--keys", type=int, default=20_000, help="key space of each source")
+    parser.add_argument("--file-every", type=float, default=5, help="seconds between files")
+    parser.add_argument("--sample-every", type=float, default=10, help="seconds between samples")
+    parser.add_argument("--drain", type=float, default=300, help="most seconds to catch up")
+    parser.add_argument(
+        "--settle", type=float, default=120,
+        help="seconds of load left out of the lag target (Spark's and the runs' warm-up)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sensor-interval", type=int, default=None,
+        help="seconds; default: the demo catalog's (sources.yaml) per transport",
+    )  # fmt: skip
+    parser.add_argument(
+        "--plot", default=str(ROOT / "docs" / "soak.png"), help="PNG to write; '' for none"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--local-session", action="store_true",
+        help="no Spark Connect server: each run starts its own local Spark",
+    )  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, tables)")
+    args = parser.parse_args()
+    install_signal_handlers()
+    plot_path = Path(args.plot) if args.plot else None
+    if plot_path is not None and not plot_path.is_absolute():
+        plot_path = Path.cwd() / plot_path
+
+    try:
+        check_imports(plot_path is not None)
+        check_prerequisites()
+    except StackError as e:
+        sys.exit(f"soak: error: {e}")
+    work = Path(tempfile.mkdtemp(prefix="cdc-soak-"))
+    stack = gen = None
+    ran = correct = False
+    samples: list[dict] = []
+    try:
+        demo = demo_settings()
+        interval = {t: args.sensor_interval or demo["interval"].get(t, 15)
+                    for t in ("files", "kafka")}  # fmt: skip
+        bootstrap = f"127.0.0.1:{free_port()}"
+        catalog = write_catalog(
+            work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
+            column_types=COLUMN_TYPES, interval=interval, spark=demo["spark"],
+            max_records=demo["max_records"],
+        )  # fmt: skip
+        stack = DemoStack(work, catalog, spark_connect=not args.local_session)
+        t0 = time.monotonic()
+        stack.start(bootstrap)
+        create_topic(bootstrap)
+        spark = f"Spark Connect server {stack.spark_url}" if stack.spark_url else "local sessions"
+        print(f"stack up in {time.monotonic() - t0:.0f} s: broker {bootstrap}, {spark}, "
+              f"dagster dev {stack.url}; dagster.yaml: {stack.dagster_yaml}; sensor intervals "
+              f"{interval}; work {work}", flush=True)  # fmt: skip
+        print(
+            f"generator: {args.rate:.0f} events/s for {args.minutes:g} min over {args.keys} "
+            f"keys per source; a landing file every {args.file_every:g} s\n",
+            flush=True,
+        )
+        gen = Generator(stack.landing, bootstrap, args.rate, args.minutes * 60, args.file_every,
+                        args.keys, args.seed)  # fmt: skip
+        gen.start()
+        print(HEADER, flush=True)
+        next_sample = time.monotonic()
+        while gen.is_alive():
+            time.sleep(max(0.0, min(next_sample - time.monotonic(), 1.0)))
+            stack.check_alive()
+            if time.monotonic() >= next_sample and gen.is_alive():
+                samples.append(take_sample(stack, gen, "load"))
+                print(sample_row(samples[-1]), flush=True)
+                next_sample += args.sample_every
+        gen.join()
+        if gen.error is not None:
+            raise gen.error
+        stop_t = gen.ended_at - gen.started_at
+        drain_start = time.monotonic()
+        done = {n: False for n in SOURCES}
+        next_sample = time.monotonic()
+        while time.monotonic() - drain_start < args.drain:
+            stack.check_alive()
+            if time.monotonic() >= next_sample:
+                samples.append(take_sample(stack, gen, "drain"))
+                print(sample_row(samples[-1]), flush=True)
+                next_sample += args.sample_every
+            done = caught_up(stack, gen)
+            if all(done.values()):
+                break
+            time.sleep(5)
+        drained = time.monotonic() - drain_start
+        samples.append(take_sample(stack, gen, "end"))
+        print(sample_row(samples[-1]), flush=True)
+
+        correct = report(args, stack, gen, samples, stop_t, drained, done, interval)
+        if plot_path is not None and samples:
+            title = (f"soak: {args.rate:.0f} events/s for {args.minutes:g} min, "
+                     f"{'local sessions' if args.local_session else 'Spark Connect'}, "
+                     f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")  # fmt: skip
+            plot(samples, stop_t, plot_path, title)
+            print(f"plot: {plot_path}")
+        ran = True
+    except StackError as e:
+        print(f"soak: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("soak: interrupted", file=sys.stderr)
+    finally:
+        (work / "samples.json").write_text(json.dumps(samples, indent=1))
+        if gen is not None:
+            gen.stop.set()
+            gen.join(timeout=30)
+        if stack is not None:
+            stack.stop()
+        if args.keep or not (ran and correct):
+            print(f"work folder (logs, tables, samples.json): {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    # 0: ran and the tables are right (performance verdicts are printed, not the exit status)
+    sys.exit(0 if ran and correct else 1)
+
+
+def report(args, stack, gen, samples, stop_t, drained, done, interval) -> bool:
+    load = [s for s in samples if s["phase"] == "load"]
+    print(f"\ngenerator: {gen.events} events in {stop_t:.0f} s ({gen.events / stop_t:.0f}/s), "
+          f"{gen.files} landing files; drained in {drained:.0f} s "
+          f"({'caught up' if all(done.values()) else 'NOT caught up: ' + str(done)})")  # fmt: skip
+    results = []
+    print(
+        f"\ntargets: at most {TARGET_QUEUED} queued and {TARGET_IN_FLIGHT} in flight per source, "
+        f"lag p95 <= {TARGET_LAG_P95_S:.0f} s, stack RSS <= {TARGET_RSS / GIB:.0f} GiB"
+    )
+    for name in SOURCES:
+        xs = [s["sources"][name] for s in samples if s["graphql_ok"]]
+        max_q = max((x["queued"] for x in xs), default=0)
+        max_f = max((x["in_flight"] for x in xs), default=0)
+        lags_all = [s["sources"][name]["lag"] for s in load]
+        lags = [x["sources"][name]["lag"] for x in load if x["t"] >= args.settle]
+        if not lags:  # a run shorter than the settling time: every sample counts
+            lags = lags_all
+        lags = [x for x in lags if x is not None]
+        lags_all = [x for x in lags_all if x is not None]
+        nan = float("nan")
+        lag95 = p95(lags) if lags else nan
+        q_ok, f_ok = max_q <= TARGET_QUEUED, max_f <= TARGET_IN_FLIGHT
+        l_ok = lag95 <= TARGET_LAG_P95_S
+        results += [q_ok, f_ok, l_ok]
+        print(f"{name:<10} max queued {max_q} ({verdict(q_ok)}), max in flight {max_f} "
+              f"({verdict(f_ok)}); lag after {args.settle:g} s: p95 {lag95:.1f} s "
+              f"({verdict(l_ok)}), median {statistics.median(lags) if lags else nan:.1f}, "
+              f"max {max(lags, default=nan):.1f} ({len(lags)} samples); all load samples: "
+              f"p95 {p95(lags_all) if lags_all else nan:.1f} s; sensor every "
+              f"{interval['files' if name == FILES else 'kafka']} s")  # fmt: skip
+    top = max(samples, key=lambda s: s["rss"])
+    rss_ok = top["rss"] <= TARGET_RSS
+    results.append(rss_ok)
+    parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in top["rss_parts"].items())
+    print(
+        f"stack RSS max {top['rss'] / GIB:.2f} GiB at t={top['t']:.0f} s ({parts}) "
+        f"({verdict(rss_ok)}); this script {rss_bytes([os.getpid()]) / GIB:.2f} GiB"
+    )
+    unanswered = sum(not s["graphql_ok"] for s in samples)
+    if unanswered:
+        print(f"({unanswered} samples without run counts: the webserver did not answer in time)")
+
+    print("\ncorrectness after the drain:")
+    correct = True
+    for name, stream in gen.streams.items():
+        cmp = compare_current(stack.warehouse, name, stream)
+        rec = reconcile(stack.warehouse, name, stream.messages)
+        results += [cmp["ok"], rec["ok"]]
+        correct = correct and cmp["ok"] and rec["ok"]
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(stream.ops.items()))
+        print(
+            f"{name:<10} events {stream.ops.total()} ({ops}); current table: "
+            f"{cmp['live']} live rows vs {cmp['expected']} expected, {cmp['missing']} "
+            f"missing, {cmp['extra']} extra, {cmp['differ']} differ ({verdict(cmp['ok'])})"
+        )
+        for example in cmp["examples"]:
+            print(f"{'':<10}   e.g. {example}")
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(rec["outcomes"].items()))
+        print(f"{'':<10} raw {rec['raw']} rows vs {rec['produced']} messages produced, "
+              f"{rec['duplicates']} duplicates; outcomes: {outcomes or '-'}; "
+              f"{rec['no_outcome']} without an outcome ({verdict(rec['ok'])})")  # fmt: skip
+        if rec["quarantine_reasons"]:
+            print(f"{'':<10}   quarantined: {rec['quarantine_reasons']}")
+
+    print("\nruns:")
+    for source, s in sorted(run_summary(stack).items()):
+        status = ", ".join(f"{k.lower()} {v}" for k, v in sorted(s["status"].items()))
+        runs = (f"run median {statistics.median(s['run']):.1f} s, max {max(s['run']):.1f} s"
+                if s["run"] else "no finished run")  # fmt: skip
+        launch = (f"queue+launch median {statistics.median(s['launch']):.1f} s, "
+                  f"max {max(s['launch']):.1f} s" if s["launch"] else "")  # fmt: skip
+        print(f"  {source:<40} {status}; {runs}; {launch}")
+        if source in SOURCES:
+            results.append(s["status"].get("FAILURE", 0) == 0)
+    print(f"\nsoak: {'all targets met' if all(results) else 'some targets NOT MET (see above)'}")
+    return correct
+
+
+if __name__ == "__main__":
+    main()
