@@ -102,7 +102,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _set_mode(_on_connect(item))
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()[-2000:]
@@ -129,7 +129,7 @@ def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        _wait_for_port(port, server, log, timeout=180)
+        wait_for_port(port, server, log, timeout=180)
         _connect_url = f"sc://127.0.0.1:{port}"
         _set_mode(True)  # the test that started it runs on it
         yield _connect_url

@@ -3,17 +3,16 @@ client that needs no JDK; only the server (``cdc-platform spark-server``) does."
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cdc_platform import broker
+from tests.conftest import wait_for_port
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,17 +36,6 @@ _CLIENT = textwrap.dedent(
 )
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-2000:]
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"no Spark Connect server after {timeout} s: {log.read_text()[-2000:]}")
-
-
 @pytest.fixture
 def spark_connect(tmp_path: Path) -> Iterator[str]:
     """sc:// address of a local Spark Connect server (with the machine's JDK), stopped after."""
@@ -60,7 +48,7 @@ def spark_connect(tmp_path: Path) -> Iterator[str]:
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        _wait_for_port(port, server, log, timeout=180)
+        wait_for_port(port, server, log, timeout=180)
         yield f"sc://127.0.0.1:{port}"
     finally:
         os.killpg(server.pid, signal.SIGTERM)
