@@ -83,8 +83,10 @@ def manifest(uri: str, date: str) -> dict[str, LandingFile] | None:
     return found
 
 
-def _stats(data: pa.Table) -> str:
-    """Delta statistics of a data file: rows, and min, max and null count of the plain columns."""
+def _stats(data: pa.Table, name: str) -> str:
+    """Delta statistics of a data file: rows, and min, max and null count of the plain columns.
+    The ``file`` bounds are the landing file's name even when it has no rows, so an empty
+    landing file is known too."""
     low, high, nulls = {}, {}, {}
     for field in data.schema:
         if field.name == PARTITION_COLUMN or not any(t(field.type) for t in _STATS_TYPES):
@@ -94,6 +96,7 @@ def _stats(data: pa.Table) -> str:
         if column.null_count < len(column):
             bounds = pc.min_max(column)
             low[field.name], high[field.name] = bounds["min"].as_py(), bounds["max"].as_py()
+    low["file"] = high["file"] = name
     return json.dumps(
         {"numRecords": data.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
     )
@@ -112,7 +115,7 @@ def _write(uri: str, date: str, file: LandingFile, data: pa.Table) -> AddAction:
         partition_values={PARTITION_COLUMN: date},
         modification_time=int(time.time() * 1000),
         data_change=True,
-        stats=_stats(rows),
+        stats=_stats(rows, file.name),
     )
 
 

@@ -88,6 +88,10 @@ def test_a_second_file_ingests_only_that_file(spark, warehouse, tmp_path):
     )
     assert changes.rows == reconciled.rows == 1 and changes.success and reconciled.success
     assert validations.validate_changelog(spark, warehouse, SOURCE, "t", [DATE]).rows == 3
+    # An empty file is held too (its name is in its data file's statistics), not read again.
+    _land(landing, "empty.jsonl", [])
+    assert _run(spark, warehouse, landing)[0].messages == {DATE: 0}
+    assert pending_landing_files(warehouse, "inc", landing) == {}
     # Nothing new: nothing read, nothing written.
     assert _run(spark, warehouse, landing)[0].files == []
 
