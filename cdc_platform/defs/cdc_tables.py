@@ -12,12 +12,7 @@ from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
 from cdc_platform.defs import quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES, automation_sensor
 from cdc_platform.defs.freshness import build_freshness_check
-from cdc_platform.defs.kafka import (
-    INCREMENTAL,
-    INCREMENTAL_TAG,
-    build_kafka_raw_asset,
-    build_kafka_sensor,
-)
+from cdc_platform.defs.kafka import build_kafka_raw_asset, build_kafka_sensor
 from cdc_platform.defs.metadata import (
     add_partition_row_counts,
     arrow_preview,
@@ -27,7 +22,7 @@ from cdc_platform.defs.metadata import (
 )
 from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
-from cdc_platform.defs.runs import source_tags
+from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, source_tags
 from cdc_platform.defs.sensors import build_landing_sensor
 from cdc_platform.lake import delta
 from cdc_platform.steps.history import update_history

@@ -19,9 +19,6 @@ from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, r
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import delta
 
-# The Kafka sensor's cursor is the shared one (runs.py); the name stays for its callers.
-KafkaSensorCursor = SensorCursor
-
 
 def today() -> str:
     return dt.datetime.now(dt.UTC).date().isoformat()
@@ -121,15 +118,13 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
         ),
     )
     def kafka_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
-        last = KafkaSensorCursor.parse(context.cursor)
+        last = SensorCursor.parse(context.cursor)
         version = delta.version(delta.table_uri(lake.warehouse_path, delta.RAW, source.name))
         generation = last.generation_at(version)  # raw recreated: offsets and keys start over
         waiting = kafka.pending(lake.warehouse_path, source)
 
         def skip(reason: str) -> dg.SensorResult:
-            cursor = KafkaSensorCursor(
-                run_key=last.run_key, raw_version=version, generation=generation
-            )
+            cursor = SensorCursor(run_key=last.run_key, raw_version=version, generation=generation)
             return dg.SensorResult(skip_reason=reason, cursor=cursor.dumps())
 
         if not waiting:
@@ -152,9 +147,7 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
                     tags={INCREMENTAL_TAG: INCREMENTAL, "cdc/backlog": str(backlog)},
                 )
             ],
-            cursor=KafkaSensorCursor(
-                run_key=key, raw_version=version, generation=generation
-            ).dumps(),
+            cursor=SensorCursor(run_key=key, raw_version=version, generation=generation).dumps(),
         )
 
     return kafka_sensor

@@ -21,8 +21,9 @@ from confluent_kafka import Consumer, TopicPartition
 from cdc_platform import freshness
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
-from cdc_platform.defs.kafka import INCREMENTAL, INCREMENTAL_TAG, run_key, today
+from cdc_platform.defs.kafka import run_key, today
 from cdc_platform.defs.resources import build_resources
+from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
