@@ -10,9 +10,10 @@ import base64
 import datetime as dt
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 RAW_SCHEMA = pa.schema(
@@ -34,6 +35,16 @@ RAW_SCHEMA = pa.schema(
 )
 ENVELOPE_SUFFIX = ".kafka.jsonl"
 _DATE_DIR = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
+# A landing file is read this many bytes at a time (cut at a line end): the memory of its ingest.
+CHUNK_SIZE = 8 * 1024 * 1024
+_ENVELOPE_ROWS = 16 * 1024  # envelope lines parsed per batch
+_NEWLINE, _CR = ord("\n"), ord("\r")
+_CR_PASSES = 4  # trailing \r stripped with numpy, one a pass; a longer run, line by line
+_DOUBTS = 4096  # lines of a chunk told blank or not line by line; more: with numpy
+# Bytes that are not ASCII whitespace (what ``bytes.strip`` removes): a line with one is kept.
+_CONTENT = np.ones(256, dtype=np.bool_)
+_CONTENT[list(b" \t\n\r\x0b\x0c")] = False
+_MAX_VALUES = 2**31 - 1  # bytes of a binary array (32-bit offsets)
 
 
 class LandingError(Exception):
@@ -100,35 +111,158 @@ def _envelope(line: bytes) -> dict:
         return {"value": line}
 
 
-def read_file(path: Path, ingest_date: str, topic: str, name: str | None = None) -> pa.Table:
-    """All messages of one landing file as a raw Arrow table."""
+def _chunks(path: Path, size: int) -> Iterator[memoryview]:
+    """A file's bytes about ``size`` at a time, each chunk cut just after a newline (the last one
+    ends where the file does). A line longer than ``size`` is read whole: its chunk grows."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            start, want = 0, size
+            while block := f.read(want):
+                cut = len(block)
+                if cut == want:  # the file may go on: cut after the last newline
+                    cut = block.rfind(b"\n") + 1
+                    if not cut:
+                        want *= 2
+                        f.seek(start)
+                        continue
+                yield memoryview(block)[:cut]
+                start, want = start + cut, size
+                f.seek(start)
     except OSError as e:
         raise LandingError(f"cannot read landing file {path}: {e.strerror}") from None
-    lines = [line.rstrip(b"\r") for line in data.split(b"\n")]
-    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
-    values = [lines[n - 1] for n in numbers]
-    count = len(numbers)
-    if path.name.endswith(ENVELOPE_SUFFIX):
-        columns = {f: [] for f in ("topic", "partition", "offset", "timestamp", "key", "value",
-                                   "headers")}  # fmt: skip
-        for line in values:
-            rec = _envelope(line)
-            for f, col in columns.items():
-                col.append(rec.get(f))
-        columns["topic"] = [t or topic for t in columns["topic"]]
+
+
+def _lines(chunk: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]:
+    """The kept lines of a chunk of whole lines (the last may lack its newline): their start and
+    end offsets (trailing ``\r`` left out), their numbers (the chunk's first line is ``first``),
+    whether they are all the chunk holds but its newlines, and the chunk's count of lines. A line
+    is kept when ``bytes.strip`` leaves something of it."""
+    newlines = np.flatnonzero(chunk == _NEWLINE)
+    ends = newlines if chunk[-1] == _NEWLINE else np.append(newlines, len(chunk))
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = newlines[: len(ends) - 1] + 1
+    # Kept: a line whose first or last byte is not whitespace, else one with any such byte.
+    kept = _CONTENT[chunk[starts]]
+    doubt = np.flatnonzero(~kept)
+    doubt = doubt[ends[doubt] > starts[doubt]]  # an empty line is blank
+    kept[doubt] = _CONTENT[chunk[ends[doubt] - 1]]
+    doubt = doubt[~kept[doubt]]
+    if len(doubt) > _DOUBTS:  # many lines starting and ending with whitespace: every byte looked at
+        kept = np.logical_or.reduceat(_CONTENT[chunk], starts)  # a line and its newline
     else:
-        columns = {"topic": [topic] * count, "value": values}
-    columns.update(
-        ingest_date=[dt.date.fromisoformat(ingest_date)] * count,
-        file=[name or str(path)] * count,
-        line=numbers,
+        for i in doubt.tolist():
+            kept[i] = bool(chunk[starts[i] : ends[i]].tobytes().strip())
+    lines = len(starts)
+    numbers = np.flatnonzero(kept) + first
+    every = len(numbers) == lines
+    if not every:
+        starts, ends = starts[kept], ends[kept]
+    # Kept lines hold a byte that is not whitespace, so stripping ``\r`` leaves them non-empty.
+    strip = np.flatnonzero(chunk[ends - 1] == _CR)
+    if len(strip):
+        every = False
+        for _ in range(_CR_PASSES):
+            ends[strip] -= 1
+            strip = strip[chunk[ends[strip] - 1] == _CR]
+            if not len(strip):
+                break
+        for i in strip.tolist():  # a line ending in a long run of \r
+            ends[i] = starts[i] + len(chunk[starts[i] : ends[i]].tobytes().rstrip(b"\r"))
+    return starts, ends, numbers, every, lines
+
+
+def _values(chunk: np.ndarray, starts: np.ndarray, ends: np.ndarray, every: bool) -> pa.Array:
+    """The bytes ``chunk[starts[i]:ends[i]]`` of each line as one binary array."""
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=offsets[1:])
+    if offsets[-1] > _MAX_VALUES:
+        raise ValueError(f"a landing line of more than {_MAX_VALUES} bytes")
+    if every:  # the lines are the chunk without its newlines
+        inside = chunk != _NEWLINE
+    else:
+        edges = np.zeros(len(chunk) + 1, dtype=np.int8)
+        edges[starts] = 1
+        edges[ends] -= 1
+        inside = np.cumsum(edges[:-1], dtype=np.int8).view(np.bool_)
+        del edges
+    data = chunk[inside]
+    del inside
+    return pa.Array.from_buffers(
+        pa.binary(),
+        len(starts),
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
     )
-    return pa.table(
-        {f.name: pa.array(columns.get(f.name, [None] * count), f.type) for f in RAW_SCHEMA},
-        schema=RAW_SCHEMA,
+
+
+def _batch(columns: dict[str, pa.Array], count: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [columns.get(f.name, pa.nulls(count, f.type)) for f in RAW_SCHEMA], schema=RAW_SCHEMA
     )
+
+
+def read_batches(
+    path: Path, ingest_date: str, topic: str, name: str | None = None, chunk_size: int | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The messages of one landing file as raw Arrow batches, read ``chunk_size`` bytes at a time
+    (default ``CHUNK_SIZE``), so memory does not grow with the file. Line numbers count every
+    line of the file, blank ones too."""
+    envelope = path.name.endswith(ENVELOPE_SUFFIX)
+    date = pa.scalar(dt.date.fromisoformat(ingest_date), pa.date32())
+    file = pa.scalar(name or str(path), pa.string())
+    first = 1
+    for view in _chunks(path, chunk_size or CHUNK_SIZE):
+        chunk = np.frombuffer(view, dtype=np.uint8)
+        starts, ends, numbers, every, lines = _lines(chunk, first)
+        first += lines
+        if envelope:
+            for at in range(0, len(numbers), _ENVELOPE_ROWS):
+                texts = [
+                    view[s:e].tobytes()
+                    for s, e in zip(
+                        starts[at : at + _ENVELOPE_ROWS].tolist(),
+                        ends[at : at + _ENVELOPE_ROWS].tolist(),
+                        strict=True,
+                    )
+                ]
+                yield _envelopes(texts, numbers[at : at + _ENVELOPE_ROWS], date, topic, file)
+        elif len(numbers):
+            count = len(numbers)
+            yield _batch(
+                {
+                    "ingest_date": pa.repeat(date, count),
+                    "topic": pa.repeat(pa.scalar(topic, pa.string()), count),
+                    "value": _values(chunk, starts, ends, every),
+                    "file": pa.repeat(file, count),
+                    "line": pa.array(numbers, pa.int64()),
+                },
+                count,
+            )
+
+
+def _envelopes(
+    lines: list[bytes], numbers: np.ndarray, date: pa.Scalar, topic: str, file: pa.Scalar
+) -> pa.RecordBatch:
+    columns = {f: [] for f in ("topic", "partition", "offset", "timestamp", "key", "value",
+                               "headers")}  # fmt: skip
+    for line in lines:
+        rec = _envelope(line)
+        for f, col in columns.items():
+            col.append(rec.get(f))
+    columns["topic"] = [t or topic for t in columns["topic"]]
+    count = len(lines)
+    arrays = {f: pa.array(col, RAW_SCHEMA.field(f).type) for f, col in columns.items()}
+    arrays.update(
+        ingest_date=pa.repeat(date, count),
+        file=pa.repeat(file, count),
+        line=pa.array(numbers, pa.int64()),
+    )
+    return _batch(arrays, count)
+
+
+def read_file(path: Path, ingest_date: str, topic: str, name: str | None = None) -> pa.Table:
+    """All messages of one landing file as a raw Arrow table."""
+    return pa.Table.from_batches(list(read_batches(path, ingest_date, topic, name)), RAW_SCHEMA)
 
 
 def read_files(paths: Iterable[tuple[Path, str]], ingest_date: str, topic: str) -> pa.Table:
