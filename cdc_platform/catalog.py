@@ -2,13 +2,15 @@
 
 Relative paths in the file are relative to the file itself. ``CDC_SOURCES`` chooses the file
 (``default_catalog_path``), and environment variables override its storage and Spark settings
-(``CDC_WAREHOUSE``, ``CDC_LANDING``, ``CDC_SPARK_MASTER``, ``CDC_SPARK_REMOTE``), so the same
-file serves the demo, the tests and a deployment. Kafka secrets are never in the file: a secret
+(``CDC_WAREHOUSE``, ``CDC_LANDING``; ``CDC_SPARK_MASTER``, ``CDC_SPARK_REMOTE``,
+``CDC_SPARK_CONF``: see ``spark_settings``), so the same file serves the demo, the tests and a
+deployment. Kafka secrets are never in the file: a secret
 setting must be an ``${ENV_VAR}`` reference, resolved only when a client is created.
 """
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Literal
@@ -342,9 +344,28 @@ class SourceConfig(_Strict):
 
 
 class SparkConfig(_Strict):
+    """Where Spark runs and its settings: the ``spark`` block, or ``spark_settings``' result."""
+
     master: str = "local[*]"
     remote: str | None = Field(None, description="Spark Connect URL; overrides master")
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, v: object) -> object:
+        return _settings(v)
+
+    def over(self, conf: Mapping[str, str]) -> "SparkConfig":
+        """These settings with ``conf`` on top. Its ``spark.remote`` or ``spark.master`` choose
+        where Spark runs: a remote wins over a master, and a master replaces an earlier remote
+        (empty values are ignored); they never stay in ``conf``."""
+        rest = {k: v for k, v in conf.items() if k not in (MASTER_KEY, REMOTE_KEY)}
+        update: dict[str, object] = {"conf": {**self.conf, **rest}}
+        if master := conf.get(MASTER_KEY):
+            update |= {"master": master, "remote": None}
+        if remote := conf.get(REMOTE_KEY):
+            update["remote"] = remote
+        return self.model_copy(update=update)
 
 
 class Catalog(_Strict):
@@ -378,15 +399,6 @@ class Catalog(_Strict):
     def landing_for(self, source: SourceConfig) -> Path:
         return (
             self._resolve(source.location) if source.location else self.landing_path / source.name
-        )
-
-    def spark_settings(self) -> SparkConfig:
-        master = os.environ.get("CDC_SPARK_MASTER")
-        remote = os.environ.get("CDC_SPARK_REMOTE")
-        if not (master or remote):
-            return self.spark
-        return self.spark.model_copy(
-            update={"master": master or self.spark.master, "remote": remote or self.spark.remote}
         )
 
     def source(self, name: str) -> SourceConfig:
@@ -439,3 +451,45 @@ def load_catalog(path: str | os.PathLike) -> Catalog:
 def default_catalog_path() -> Path:
     """``CDC_SOURCES``, else ``sources.yaml`` in the working directory."""
     return Path(os.environ.get("CDC_SOURCES", "sources.yaml"))
+
+
+def catalog_if_present(path: str | os.PathLike | None = None) -> Catalog | None:
+    """The sources file at ``path`` (CatalogError when missing); without one the default
+    (``default_catalog_path``) if that file exists, else None."""
+    if path is not None:
+        return load_catalog(path)
+    default = default_catalog_path()
+    return load_catalog(default) if default.is_file() else None
+
+
+# Spark settings: the keys that choose where Spark runs, and the environment's overrides.
+MASTER_KEY = "spark.master"
+REMOTE_KEY = "spark.remote"
+_SPARK_ENV = {"CDC_SPARK_MASTER": MASTER_KEY, "CDC_SPARK_REMOTE": REMOTE_KEY}
+
+
+def parse_spark_conf(items: Iterable[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict; CatalogError naming ``what`` for an item without '='."""
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CatalogError(f"{what} must look like KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def spark_settings(
+    catalog: Catalog | None = None, overrides: Mapping[str, str] | None = None
+) -> SparkConfig:
+    """Where a command's or a run's Spark runs and with what settings; each level over the ones
+    before: the sources file's ``spark`` block (no file: ``local[*]``); then ``CDC_SPARK_CONF``
+    ("k1=v1,k2=v2": values cannot hold a comma), ``CDC_SPARK_MASTER`` and ``CDC_SPARK_REMOTE``;
+    then ``overrides`` (the command line's ``--spark-conf``). ``spark.master`` and
+    ``spark.remote`` keys choose master or remote as ``SparkConfig.over`` says."""
+    base = catalog.spark if catalog is not None else SparkConfig()
+    settings = SparkConfig(master=base.master, remote=base.remote).over(base.conf)
+    text = os.environ.get("CDC_SPARK_CONF", "")
+    env = parse_spark_conf([i for i in text.split(",") if i.strip()], "CDC_SPARK_CONF")
+    env |= {key: os.environ[var] for var, key in _SPARK_ENV.items() if os.environ.get(var)}
+    return settings.over(env).over(overrides or {})

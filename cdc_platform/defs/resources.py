@@ -6,7 +6,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
-from cdc_platform.catalog import Catalog
+from cdc_platform.catalog import MASTER_KEY, REMOTE_KEY, Catalog, spark_settings
 from cdc_platform.spark.session import DEFAULT_CONF, get_spark
 
 
@@ -21,8 +21,8 @@ class SparkResource(LazyPySparkResource):
     def spark_session(self) -> SparkSession:
         if self._spark_session is None:
             conf = dict(self.spark_config)
-            remote = conf.pop("spark.remote", None)
-            master = conf.pop("spark.master", "local[*]")
+            remote = conf.pop(REMOTE_KEY, None)
+            master = conf.pop(MASTER_KEY, "local[*]")
             self._spark_session = get_spark(master, conf, remote=remote)
         return self._spark_session
 
@@ -53,12 +53,14 @@ class LakeResource(dg.ConfigurableResource):
 
 
 def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
-    settings = catalog.spark_settings()
+    """The run's resources. Spark's settings are resolved as the CLI's (``spark_settings``: the
+    sources file, then the ``CDC_SPARK_*`` variables; a run has no ``--spark-conf``)."""
+    settings = spark_settings(catalog)
     spark_config = {**DEFAULT_CONF, **settings.conf}
     if settings.remote:
-        spark_config["spark.remote"] = settings.remote
+        spark_config[REMOTE_KEY] = settings.remote
     else:
-        spark_config["spark.master"] = settings.master
+        spark_config[MASTER_KEY] = settings.master
     return {
         "spark": SparkResource(spark_config=spark_config),
         "lake": LakeResource(

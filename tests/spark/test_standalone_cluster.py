@@ -1,0 +1,262 @@
+"""The whole ../shared/corpus replayed by ``cdc-platform replay`` on a real Spark standalone cluster
+(a master and two one-core workers from pyspark's own jars, on 127.0.0.1), chosen with
+``--spark-conf spark.master=spark://...`` over a sources file that says ``local[1]``; the
+tables are checked against EXPECTED.json.
+
+The driver is the CLI's process; the tasks run in executor JVMs the workers start, with this
+interpreter for their Python workers. All of them see the same warehouse folder: one machine.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_platform.broker import free_port
+from cdc_platform.spark.normalize import table_name
+from cdc_platform.spark.session import ensure_java
+from cdc_platform.steps.merge import current_rows
+from tests.conftest import CORPUS, SPARK_CONF
+from tests.spark.test_format_canal import _comparable
+
+pytestmark = pytest.mark.spark
+
+CLI = Path(sys.executable).with_name("cdc-platform")
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+DATE = "2026-01-01"
+# Short-lived JVMs spend their time compiling: C1 alone starts each (daemons, driver, executors)
+# about twice as fast on two busy cores.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+# One replay (one driver JVM, two executors) per source. A replay sets one key and one set of
+# column types for every table it finds: the Debezium, Maxwell and OGG files need them (no schema,
+# or none Spark can use); Canal and DataWorks carry their own, and these change no value; but
+# Canal's filter-table file has tables with other keys, so it replays without. A replay merges
+# its files' changes of a table into one table: files of one table (three PostgreSQL files, two
+# Canal, three DataWorks) go to different sources. Four replays are the fewest these allow.
+TYPED = ["--primary-key", "id"] + [
+    arg
+    for col_type in ("id=int", "name=string", "description=string", "weight=double")
+    for arg in ("--column-type", col_type)
+]
+REPLAYS = {
+    "corpus_a": (
+        TYPED,
+        [
+            "debezium/debezium-data-schema-include.txt",
+            "debezium/debezium-postgres-data-schema-include.txt",
+            "maxwell/maxwell-data.txt",
+            "ogg/ogg-data.txt",
+            "canal/canal-data.txt",
+            "dataworks/event-insert.txt",
+        ],
+    ),
+    "corpus_b": (
+        TYPED,
+        [
+            "debezium/debezium-postgres-data-schema-exclude.txt",
+            "canal/canal-data-with-init.txt",
+            "dataworks/event-update-in-one.txt",
+        ],
+    ),
+    "corpus_c": (
+        TYPED,
+        ["debezium/debezium-postgres-data-replica-identity.txt", "dataworks/event-delete.txt"],
+    ),
+    "corpus_d": ([], ["canal/canal-data-filter-table.txt"]),
+}
+# mydb.project (in the filter-table file) needs `column_types: {id: string}` in a sources file
+# (its mysqlType says int, its ids are 'A101'...): the CLI's --column-type would apply to every
+# table. Its rows are quarantined for a null key; tests/spark/test_format_canal.py checks it.
+UNCHECKED = {"mydb.project"}
+# The license header atop each DataWorks file: quarantined, no format recognises it.
+LICENSE_LINES = 17
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group (spark-class execs the JVM; a worker's executors are its
+    children), SIGKILL if it has not ended after 30 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=30)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _master_state(webui: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as response:
+        return json.load(response)
+
+
+def _wait_for_workers(webui: int, procs: list[subprocess.Popen], logs: Path, n: int) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        for proc in procs:
+            assert proc.poll() is None, _tails(logs)
+        try:
+            if _master_state(webui)["aliveworkers"] == n:
+                return
+        except OSError:
+            pass  # the web UI is not up yet
+        time.sleep(0.5)
+    raise AssertionError(f"no {n} workers registered after 180 s: {_tails(logs)}")
+
+
+def _tails(logs: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(logs.glob("*.log")))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """(spark://127.0.0.1:PORT, web UI port) of a standalone master with two workers of one core
+    and 1 GB each, all on free loopback ports; every process group stopped at the end."""
+    scratch = tmp_path_factory.mktemp("standalone")
+    logs = scratch / "logs"
+    logs.mkdir()
+    # A Connect client's variables would make the executors' Python workers Connect clients.
+    client = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "CDC_SPARK_REMOTE")
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in client},
+        "JAVA_HOME": ensure_java(),
+        "SPARK_HOME": str(SPARK_CLASS.parent.parent),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "JAVA_TOOL_OPTIONS": JVM_OPTIONS,  # the daemons and the executors the workers start
+    }
+    port, webui = free_port(), free_port()
+    url = f"spark://127.0.0.1:{port}"
+    master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+    master += ["--port", str(port), "--webui-port", str(webui)]
+    procs = [_start([str(SPARK_CLASS), *master], env, logs / "master.log")]
+    try:
+        for i in (1, 2):
+            worker = ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
+            worker += ["--webui-port", str(free_port()), "--cores", "1", "--memory", "1g"]
+            worker += ["--work-dir", str(scratch / f"work{i}"), url]  # executors' logs there
+            procs.append(_start([str(SPARK_CLASS), *worker], env, logs / f"worker{i}.log"))
+        _wait_for_workers(webui, procs, logs, 2)
+        yield url, webui
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+# --- the replays ------------------------------------------------------------------------------
+
+
+def _replay(url: str, cwd: Path, warehouse: Path, source: str, args: list[str], files: list[str]):
+    """``cdc-platform replay`` of corpus ``files`` into ``source`` on the cluster; its summary."""
+    spark_conf = {
+        "spark.master": url,
+        # The executors connect back to the driver: on the loopback address, not the host name.
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.extraJavaOptions": JVM_OPTIONS,
+        # Tiny tasks: waiting for a task's preferred executor costs more than running it anywhere.
+        "spark.locality.wait": "0s",
+        **SPARK_CONF,
+    }
+    argv = [str(CLI), "replay", *(str(CORPUS / f) for f in files), "--warehouse", str(warehouse)]
+    argv += ["--format", "auto", "--source", source, "--date", DATE, *args]
+    argv += [arg for kv in spark_conf.items() for arg in ("--spark-conf", "=".join(kv))]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SPARK_"))}
+    env |= {"SPARK_LOCAL_IP": "127.0.0.1", "JAVA_TOOL_OPTIONS": JVM_OPTIONS}
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        _stop(proc)  # the driver's JVM too, should the command hang
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.splitlines()[-1])
+
+
+def _rows(spark, warehouse: Path, source: str, qualified: str, key: list[str]) -> list[dict]:
+    """Current rows by key, timestamps as epoch ms (EXPECTED.json keeps DataWorks' wire value)."""
+    df = current_rows(spark, warehouse, source, table_name(qualified))
+    as_ms = [
+        F.unix_millis(f.name).alias(f.name) if f.dataType == T.TimestampType() else F.col(f.name)
+        for f in df.schema.fields
+    ]
+    return df.select(*as_ms).orderBy(*key).toArrow().to_pylist()
+
+
+def _check(spark, warehouse: Path, source: str, summary: dict, entry: dict, qualified: str) -> None:
+    """Table ``qualified`` of a replay against ``entry`` of EXPECTED.json (its own table or one
+    of its ``other_tables``): the current rows and the replayed changes by op."""
+    want = entry if qualified == entry["table"] else entry["other_tables"][qualified]
+    rows = want["final_state"]
+    columns = list(rows[0] if rows else entry["column_types"])
+    key = entry["primary_key"] if want is entry else columns[:1]
+    got = _rows(spark, warehouse, source, qualified, key)
+    assert _comparable(got, entry, columns) == _comparable(rows, entry, columns), qualified
+    unappliable = len(entry.get("unappliable_messages", []))
+    counts = want["counts"]
+    assert summary["tables"][qualified] == {
+        "inserted": counts["insert"],
+        "updated": counts["update"],
+        "deleted": counts["delete"] - unappliable,
+        "rows": len(rows),
+    }, qualified
+
+
+def _quarantined(entries: list[dict]) -> int:
+    """Messages a replay of ``entries`` quarantines: unidentifiable deletes, DataWorks' license
+    lines, and the unchecked tables' changes."""
+    return sum(
+        len(e.get("unappliable_messages", []))
+        + LICENSE_LINES * e["format"].startswith("aliyun")
+        + sum(t["counts"]["insert"] for q, t in e.get("other_tables", {}).items() if q in UNCHECKED)
+        for e in entries
+    )
+
+
+def test_the_corpus_replays_on_a_standalone_cluster(cluster, spark, expected, tmp_path):
+    url, webui = cluster
+    assert sorted(f for _, files in REPLAYS.values() for f in files) == sorted(expected)
+    # A sources file that says local: the command line's master must win.
+    (tmp_path / "sources.yaml").write_text("spark: {master: 'local[1]'}\nsources: []\n")
+    warehouse = tmp_path / "warehouse"
+
+    summaries = {
+        source: _replay(url, tmp_path, warehouse, source, args, files)
+        for source, (args, files) in REPLAYS.items()
+    }
+
+    # Every replay was an application of the cluster, with executors on both workers.
+    state = _master_state(webui)
+    apps = state["activeapps"] + state["completedapps"]
+    assert sorted(a["cores"] for a in apps) == [2] * len(REPLAYS), apps
+    for source, (_, files) in REPLAYS.items():
+        entries = [expected[f] for f in files]
+        for entry in entries:
+            for qualified in [entry["table"], *entry.get("other_tables", {})]:
+                if qualified not in UNCHECKED:
+                    _check(spark, warehouse, source, summaries[source], entry, qualified)
+        assert summaries[source]["quarantined"] == _quarantined(entries), source
