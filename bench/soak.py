@@ -232,7 +232,7 @@ def position_ms(warehouse: Path, source: str) -> float | None:
 
 
 def raw_rows(warehouse: Path, source: str) -> int:
-    from cdc_platform.lake import delta as lake
+    from cdc_platform import lake
 
     try:
         return lake.row_count(lake.table_uri(warehouse, lake.RAW, source))
@@ -319,7 +319,7 @@ def caught_up(stack: DemoStack, gen: Generator) -> dict[str, bool]:
 
 def compare_current(warehouse: Path, source: str, stream: Stream) -> dict:
     """The current table's live rows against the reference state."""
-    from cdc_platform.lake import delta as lake
+    from cdc_platform import lake
 
     uri = lake.table_uri(warehouse, lake.CURRENT, source, TABLE)
     table = lake.read_arrow(uri, columns=[*COLUMN_TYPES, "__deleted"])
@@ -348,8 +348,8 @@ def reconcile(warehouse: Path, source: str, produced: int) -> dict:
     as `cdc_platform.quality.frames.reconciliation_frame` does in Spark)."""
     import duckdb
 
+    from cdc_platform import lake
     from cdc_platform.formats.canonical import RAW_COORDINATES
-    from cdc_platform.lake import delta as lake
 
     coords = list(RAW_COORDINATES)
     raw = lake.read_arrow(lake.table_uri(warehouse, lake.RAW, source), columns=coords)

@@ -11,6 +11,11 @@ commands:
   quality-report  validate every table and rebuild the Data Docs site; exit 1 on an ERROR rule
   redrive         re-process quarantined messages with the current configuration
 
+Commands that run Spark take their settings from the sources file's `spark` block (--sources,
+else CDC_SOURCES or ./sources.yaml if present), then CDC_SPARK_CONF / CDC_SPARK_MASTER /
+CDC_SPARK_REMOTE, then any number of --spark-conf KEY=VALUE (spark.master or spark.remote choose
+where Spark runs).
+
 User errors (unknown option, missing input, unreadable warehouse, bad config) print one line on
 stderr and exit with status 2.
 """
@@ -26,11 +31,19 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from cdc_platform import formats
-from cdc_platform.catalog import CatalogError, SourceConfig
+from pyspark.sql import SparkSession
+
+from cdc_platform import formats, lake
+from cdc_platform.catalog import (
+    Catalog,
+    CatalogError,
+    SourceConfig,
+    SparkConfig,
+    catalog_if_present,
+    spark_settings,
+)
 from cdc_platform.formats.column_specs import parse_type
 from cdc_platform.ingest.landing import LandingError
-from cdc_platform.lake import delta as lake
 
 REPLAY_SOURCE = "replay"
 DEMO_BROKER_PORT = 19092  # the demo catalog's crm source reads from 127.0.0.1:19092
@@ -55,6 +68,25 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _spark_options(p: argparse.ArgumentParser, sources: bool = False) -> None:
+    """The options of a command that runs Spark: --spark-conf, and --sources when it has none."""
+    if sources:
+        p.add_argument(
+            "--sources",
+            type=Path,
+            help="sources file for its spark settings (default: CDC_SOURCES or ./sources.yaml if "
+            "present; none: local)",
+        )
+    p.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting over the sources file's and CDC_SPARK_*'s (repeatable); "
+        "spark.master=URL or spark.remote=sc://HOST:PORT choose where Spark runs",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     # The module docstring lists the commands; each command's --help shows its description.
     raw = argparse.RawDescriptionHelpFormatter
@@ -77,11 +109,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--column-type", action="append", default=[], metavar="COL=TYPE")
     r.add_argument("--source", default=REPLAY_SOURCE, help="source name in the warehouse")
     r.add_argument("--date", help="ingest date for inputs outside dt=YYYY-MM-DD folders")
+    _spark_options(r, sources=True)
     s = sub.add_parser("show", description="print a table as JSON lines, sorted by primary key")
     s.add_argument("table", metavar="TABLE")
     s.add_argument("--warehouse", required=True, type=Path)
     s.add_argument("--layer", choices=["current", "changelog", "quarantine"], default="current")
     s.add_argument("--source", help="needed only when several sources have TABLE")
+    _spark_options(s, sources=True)
     d = sub.add_parser(
         "demo", description="sample CDC traffic: landing files, and records for the embedded broker"
     )
@@ -99,10 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--sources", type=Path, default=None, help="sources file (default sources.yaml)")
     b.add_argument("--port", type=int, default=DEMO_BROKER_PORT)
     sp = sub.add_parser("spark-server", description="run a local Spark Connect server (warm runs)")
-    sp.add_argument(
-        "--sources", type=Path, default=None, help="sources file (default sources.yaml)"
-    )
+    sp.add_argument("--sources", type=Path, help="sources file (default sources.yaml if present)")
     sp.add_argument("--port", type=int, default=15002)
+    _spark_options(sp)
     o = sub.add_parser(
         "reset-offsets",
         description="make a Kafka source's next run read from the earliest or latest",
@@ -126,12 +159,14 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--warehouse", type=Path, help="default: the catalog's warehouse")
         if name == "run":
             c.add_argument("--full-refresh", action="store_true", help="rebuild incremental models")
+        _spark_options(c)
     q = sub.add_parser(
         "quality-report", description="validate every table, build the Data Docs site"
     )
     q.add_argument("--warehouse", required=True, type=Path)
     q.add_argument("--out", required=True, type=Path, help="reports folder (the site and gx/)")
     q.add_argument("--sources", type=Path, help="sources file with quality settings")
+    _spark_options(q)
     rd = sub.add_parser(
         "redrive", description="re-process quarantined messages; drop those that pass"
     )
@@ -139,6 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--reason", help="only messages whose reason starts with this")
     rd.add_argument("--source", help="only this source (default: all)")
     rd.add_argument("--sources", type=Path, help="sources file (default sources.yaml if present)")
+    _spark_options(rd)
     return p
 
 
@@ -147,7 +183,7 @@ def _quality_report(args: argparse.Namespace) -> int:
 
     _check_warehouse(args.warehouse, must_exist=True)
     index, runs = quality_report(
-        _spark(), args.warehouse.resolve(), args.out.resolve(), args.sources
+        _spark(args), args.warehouse.resolve(), args.out.resolve(), args.sources
     )
     failed = [(run, r) for run in runs for r in run.rules if not r.success]
     for run, r in failed:
@@ -162,7 +198,7 @@ def _redrive(args: argparse.Namespace) -> int:
 
     _check_warehouse(args.warehouse, must_exist=True)
     results = redrive_all(
-        _spark(), args.warehouse.resolve(), args.reason, args.source, args.sources
+        _spark(args), args.warehouse.resolve(), args.reason, args.source, args.sources
     )
     for name, r in results.items():
         for reason, n in sorted(r.reasons.items()):
@@ -183,15 +219,15 @@ def _models(args: argparse.Namespace) -> int:
     failed = False
     try:
         project = commands.open_project(catalog, warehouse, args.models)
+        spark = _spark(args, catalog)
         if args.models_command == "compile":
-            for header, sql in commands.compile_models(_spark(catalog), project, names):
+            for header, sql in commands.compile_models(spark, project, names):
                 print(f"{header}\n{sql.strip()}\n")
         elif args.models_command == "run":
-            spark = _spark(catalog)
             for summary in commands.run_models(spark, warehouse, project, names, args.full_refresh):
                 print(json.dumps(summary, sort_keys=True), flush=True)
         else:
-            for result in commands.run_model_tests(_spark(catalog), warehouse, project, names):
+            for result in commands.run_model_tests(spark, warehouse, project, names):
                 print(json.dumps(result, sort_keys=True), flush=True)
                 failed |= not result["passed"] and result["severity"] == "error"
     except ModelError as e:
@@ -241,16 +277,21 @@ def _catalog(path: Path | None):
     return load_catalog(path or default_catalog_path())
 
 
-def _spark(catalog=None):
-    """The command's session: the catalog's ``spark`` settings (``remote``: a Spark Connect
-    client); without a catalog local, or what CDC_SPARK_REMOTE / CDC_SPARK_MASTER say."""
+def _spark_settings(args: argparse.Namespace, catalog: Catalog | None = None) -> SparkConfig:
+    """``spark_settings`` of the sources file (``catalog``, else the command's --sources, else
+    CDC_SOURCES or ./sources.yaml if present), the CDC_SPARK_* variables and --spark-conf."""
+    overrides = _pairs(args.spark_conf, "--spark-conf")
+    if catalog is None:
+        catalog = catalog_if_present(args.sources)
+    return spark_settings(catalog, overrides)
+
+
+def _spark(args: argparse.Namespace, catalog: Catalog | None = None) -> SparkSession:
+    """The command's session (``settings.remote``: a Spark Connect client)."""
     from cdc_platform.spark.session import get_spark
 
-    if catalog is not None:
-        settings = catalog.spark_settings()
-        return get_spark(settings.master, settings.conf, remote=settings.remote)
-    master = os.environ.get("CDC_SPARK_MASTER") or "local[*]"
-    return get_spark(master, remote=os.environ.get("CDC_SPARK_REMOTE") or None)
+    settings = _spark_settings(args, catalog)
+    return get_spark(settings.master, settings.conf, remote=settings.remote)
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -293,7 +334,7 @@ def _spark_server(args: argparse.Namespace) -> int:
 
     from cdc_platform.spark import connect_server
 
-    settings = _catalog(args.sources).spark_settings()
+    settings = _spark_settings(args)  # the server's master; a remote setting means nothing here
     argv, env = connect_server.command(settings.master, settings.conf, args.port)
     print(f"Spark Connect on sc://127.0.0.1:{args.port}; Ctrl-C stops it", flush=True)
     # The JVM is a grandchild of the launcher scripts: start them in a process group of their own
@@ -385,7 +426,7 @@ def _replay(args: argparse.Namespace) -> int:
     key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
     summary, result = replay(
-        _spark(),
+        _spark(args),
         args.warehouse.resolve(),
         files,
         source,
@@ -440,7 +481,7 @@ def _show(args: argparse.Namespace) -> int:
     warehouse = args.warehouse.resolve()
     _check_warehouse(warehouse, must_exist=True)
     source, table = _find_table(warehouse, args.table, args.source)
-    spark = _spark()
+    spark = _spark(args)
     state = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source, table))
     key = state.get("key", [])
     if args.layer == "current":

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cdc_platform.lake import delta as lake
+from cdc_platform import lake
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from cdc_platform import freshness
+from cdc_platform import lake as delta
 from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
 from cdc_platform.defs import quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES, automation_sensor
@@ -24,7 +25,6 @@ from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, source_tags
 from cdc_platform.defs.sensors import build_landing_sensor
-from cdc_platform.lake import delta
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.ingest import ingest_landing
 from cdc_platform.steps.merge import current_rows, merge_current

@@ -11,13 +11,13 @@ import hashlib
 
 import dagster as dg
 
+from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata
 from cdc_platform.defs.partitions import daily_partitions
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
 from cdc_platform.ingest import kafka
-from cdc_platform.lake import delta
 
 
 def today() -> str:

@@ -4,8 +4,8 @@ import dagster as dg
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from cdc_platform import lake
 from cdc_platform.freshness import Freshness
-from cdc_platform.lake import delta as lake
 
 
 def table_schema(schema: pa.Schema) -> dg.TableSchema:

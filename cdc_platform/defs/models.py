@@ -2,12 +2,12 @@
 
 import dagster as dg
 
+from cdc_platform import lake as delta
 from cdc_platform.catalog import Catalog
 from cdc_platform.defs.automation import automation_sensor
 from cdc_platform.defs.metadata import table_schema
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import MODELS
-from cdc_platform.lake import delta
 from cdc_platform.models.build import build_model
 from cdc_platform.models.checks import run_tests
 from cdc_platform.models.project import (

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import dagster as dg
 
+from cdc_platform import lake as delta
 from cdc_platform.catalog import Catalog, SourceConfig
 from cdc_platform.ingest import landing
-from cdc_platform.lake import delta
 
 
 def today() -> dt.date:

@@ -12,8 +12,8 @@ from pathlib import Path
 import dagster as dg
 from pyspark.sql import SparkSession
 
+from cdc_platform import lake as delta
 from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
-from cdc_platform.lake import delta
 from cdc_platform.quality import docs, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
 from cdc_platform.steps.merge import MergeResult

@@ -4,10 +4,10 @@ import hashlib
 
 import dagster as dg
 
+from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
-from cdc_platform.lake import delta
 from cdc_platform.steps import ingest
 
 # Run tags of a run over several dates (what a backfill over a partition range sets).

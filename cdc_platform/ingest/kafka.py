@@ -32,9 +32,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.ingest.landing import RAW_SCHEMA
-from cdc_platform.lake import delta as lake
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,79 @@
-"""Storage: every Delta read and write goes through ``cdc_platform.lake.delta``."""
+"""Storage: every Delta Lake read and write goes through this package (``from cdc_platform
+import lake``), so nothing else touches Delta. delta-rs (``deltalake``) keeps the transaction
+log; Spark reads and writes the data.
+
+- ``tables``: where tables are, Spark reads, and snapshot facts from the log (no data read);
+- ``data_files``: Spark's executors write data files; their add actions from the footers;
+- ``commit``: the commit protocol (adds, removes, state, transaction ids, schema changes);
+- ``merge``: MERGE, key replacement and deletes in Spark, copy-on-write;
+- ``kafka_offsets``: a Kafka source's raw batches with their offsets;
+- ``landing_files``: a files source's raw, one data file per landing file.
+"""
+
+from cdc_platform.lake.commit import (
+    NORMALIZED_APP,
+    ROWS_PER_FILE,
+    append,
+    append_normalized,
+    normalized_raw_version,
+    overwrite_partitions,
+    properties,
+    record_state,
+    replace,
+    vacuum,
+)
+from cdc_platform.lake.kafka_offsets import (
+    KAFKA_KEY,
+    append_kafka_batch,
+    kafka_app_id,
+    kafka_batches,
+    kafka_offsets,
+    kafka_stored_offsets,
+)
+from cdc_platform.lake.merge import DROP, REBUILT, delete_rows, replace_keys, upsert_newer
+from cdc_platform.lake.tables import (
+    CHANGELOG,
+    CONTROL,
+    CURRENT,
+    DDL,
+    FILE_COLUMN,
+    HISTORY,
+    LAYERS,
+    MODELS,
+    PARTITION_COLUMN,
+    QUARANTINE,
+    RAW,
+    STATE_KEY,
+    arrow_schema,
+    describe,
+    exists,
+    files,
+    files_added_since,
+    files_between,
+    files_changed_since,
+    files_removed_since,
+    image_types,
+    key_path,
+    max_stat,
+    partition_row_counts,
+    quoted,
+    read,
+    read_arrow,
+    row_count,
+    state,
+    table_uri,
+    tables_under,
+    version,
+)
+
+__all__ = [
+    "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY", "KAFKA_KEY",
+    "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW", "REBUILT",
+    "ROWS_PER_FILE", "STATE_KEY", "append", "append_kafka_batch", "append_normalized",
+    "arrow_schema", "delete_rows", "describe", "exists", "files", "files_added_since",
+    "files_between", "files_changed_since", "files_removed_since", "image_types", "kafka_app_id",
+    "kafka_batches", "kafka_offsets", "kafka_stored_offsets", "key_path", "max_stat",
+    "normalized_raw_version", "overwrite_partitions", "partition_row_counts", "properties",
+    "quoted", "read", "read_arrow", "record_state", "replace", "replace_keys", "row_count",
+    "state", "table_uri", "tables_under", "upsert_newer", "vacuum", "version",
+]  # fmt: skip

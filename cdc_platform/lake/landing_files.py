@@ -15,6 +15,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,13 +25,14 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from cdc_platform.lake.delta import PARTITION_COLUMN, exists
+from cdc_platform.lake.tables import PARTITION_COLUMN, exists
 
 LANDING_KEY = "cdc.landing"
 _NAME = re.compile(r"(?:^|/)landing-(\d+)-(\d+)-[0-9a-f]{32}\.parquet$")
 # Statistics for pruning reads by coordinates; binary and nested columns get none.
 _STATS_TYPES = (pa.types.is_string, pa.types.is_integer)
 _ROW_GROUP = 64 * 1024
+_ROW_GROUP_BYTES = 128 * 1024 * 1024  # a row group of long lines: fewer rows
 
 
 @dataclass(frozen=True)
@@ -83,39 +85,89 @@ def manifest(uri: str, date: str) -> dict[str, LandingFile] | None:
     return found
 
 
-def _stats(data: pa.Table, name: str) -> str:
-    """Delta statistics of a data file: rows, and min, max and null count of the plain columns.
-    The ``file`` bounds are the landing file's name even when it has no rows, so an empty
-    landing file is known too."""
-    low, high, nulls = {}, {}, {}
-    for field in data.schema:
-        if field.name == PARTITION_COLUMN or not any(t(field.type) for t in _STATS_TYPES):
+class _Stats:
+    """Delta statistics of a data file, gathered batch by batch: rows, and min, max and null count
+    of the plain columns. The ``file`` bounds are the landing file's name even when it has no
+    rows, so an empty landing file is known too."""
+
+    def __init__(self, schema: pa.Schema):
+        self.rows = 0
+        self.low: dict[str, object] = {}
+        self.high: dict[str, object] = {}
+        self.nulls = {
+            f.name: 0
+            for f in schema
+            if f.name != PARTITION_COLUMN and any(t(f.type) for t in _STATS_TYPES)
+        }
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.rows += batch.num_rows
+        for name in self.nulls:
+            column = batch.column(name)
+            self.nulls[name] += column.null_count
+            if column.null_count < len(column):
+                bounds = pc.min_max(column)
+                low, high = bounds["min"].as_py(), bounds["max"].as_py()
+                self.low[name] = min(self.low.get(name, low), low)
+                self.high[name] = max(self.high.get(name, high), high)
+
+    def json(self, name: str) -> str:
+        low, high = {**self.low, "file": name}, {**self.high, "file": name}
+        return json.dumps(
+            {"numRecords": self.rows, "minValues": low, "maxValues": high, "nullCount": self.nulls}
+        )
+
+
+def _row_groups(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """The rows of ``batches`` as tables of ``_ROW_GROUP`` rows (the last one shorter), whatever
+    the batches' sizes; of fewer rows when ``_ROW_GROUP_BYTES`` come first (long lines), so the
+    rows held in memory are bounded. A short rest is copied: it does not hold its batch."""
+    held: list[pa.RecordBatch] = []
+    count = size = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        size += batch.nbytes
+        if count < _ROW_GROUP and size < _ROW_GROUP_BYTES:
             continue
-        column = data[field.name]
-        nulls[field.name] = column.null_count
-        if column.null_count < len(column):
-            bounds = pc.min_max(column)
-            low[field.name], high[field.name] = bounds["min"].as_py(), bounds["max"].as_py()
-    low["file"] = high["file"] = name
-    return json.dumps(
-        {"numRecords": data.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
-    )
+        rows = pa.Table.from_batches(held)
+        full = count - count % _ROW_GROUP if count >= _ROW_GROUP else count
+        yield rows.slice(0, full)
+        rest = rows.slice(full)
+        count, size = rest.num_rows, rest.nbytes
+        held = rest.take(pa.array(range(count), pa.int64())).to_batches() if count else []
+    if count:
+        yield pa.Table.from_batches(held)
 
 
-def _write(uri: str, date: str, file: LandingFile, data: pa.Table) -> AddAction:
-    """One landing file's rows as one data file in the date's partition folder."""
+def _write(
+    uri: str, date: str, schema: pa.Schema, file: LandingFile, batches: Iterable[pa.RecordBatch]
+) -> AddAction:
+    """One landing file's rows (``schema``) as one data file in the date's partition folder, its
+    batches written as they come."""
     relative = f"{PARTITION_COLUMN}={date}/landing-{file.size}-{file.mtime_ns}-{uuid.uuid4().hex}"
     path = Path(uri, relative + ".parquet")
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = data.drop_columns([PARTITION_COLUMN])
-    pq.write_table(rows, path, compression="snappy", row_group_size=_ROW_GROUP)
+    columns = [f.name for f in schema if f.name != PARTITION_COLUMN]
+    stats = _Stats(schema)
+    written = (b.select(columns) for b in batches)
+    try:
+        with pq.ParquetWriter(path, schema.remove(schema.get_field_index(PARTITION_COLUMN)),
+                              compression="snappy") as writer:  # fmt: skip
+            for rows in _row_groups(written):
+                for batch in rows.to_batches():
+                    stats.add(batch)
+                writer.write_table(rows, row_group_size=_ROW_GROUP)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
     return AddAction(
         path=relative + ".parquet",
         size=path.stat().st_size,
         partition_values={PARTITION_COLUMN: date},
         modification_time=int(time.time() * 1000),
         data_change=True,
-        stats=_stats(rows, file.name),
+        stats=stats.json(file.name),
     )
 
 
@@ -123,15 +175,22 @@ def write(
     uri: str,
     schema: pa.Schema,
     date: str,
-    files: list[tuple[LandingFile, pa.Table]],
+    files: list[tuple[LandingFile, Iterable[pa.RecordBatch]]],
     whole_date: bool,
 ) -> int:
-    """Add one data file per landing file of ``date`` and, in the same commit, remove what they
-    replace: the date's every data file (``whole_date``), else those of the same landing names
-    (a grown or rewritten file). ``schema``: the table's, when it is created. Returns the
-    table's new version."""
+    """Add one data file per landing file of ``date`` (its rows: batches of ``schema``, written as
+    they come) and, in the same commit, remove what they replace: the date's every data file
+    (``whole_date``), else those of the same landing names (a grown or rewritten file).
+    ``schema``: the table's, when it is created. Returns the table's new version."""
     names = {f.name for f, _ in files}
-    adds = [_write(uri, date, f, data) for f, data in files]
+    adds = []
+    try:
+        for f, batches in files:
+            adds.append(_write(uri, date, schema, f, batches))
+    except BaseException:  # a landing file that cannot be read: no data file is left behind
+        for add in adds:
+            Path(uri, add.path).unlink(missing_ok=True)
+        raise
     metadata = {
         LANDING_KEY: json.dumps({"date": date, "files": [asdict(f) for f, _ in files]}),
     }

@@ -18,8 +18,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.formats import canonical as C
-from cdc_platform.lake import delta as lake
 from cdc_platform.models.compile import check_sql, render, run_sql
 from cdc_platform.models.graph import build_order
 from cdc_platform.models.project import Model, ModelError, Project, Relation
@@ -33,7 +33,7 @@ class BuildResult:
     name: str
     materialized: str
     rows: int  # rows of the model after the build (a view: rows it computes now)
-    schema: pa.Schema
+    schema: pa.Schema | None  # the table's (set once built)
     uri: str | None  # None for a view
     version: int | None = None
     merged: bool = False  # an incremental build merged changed rows into the existing table
@@ -157,16 +157,20 @@ def build_model(
     missing = [c for c in [*model.unique_key, *model.partition_by] if c not in df.columns]
     if missing:
         raise ModelError(f"{model.path}: the query has no column {', '.join(missing)} (config)")
-    data = df.toArrow()
     new_state = {"model": name, "code_version": model.code_version, "inputs": new_marks}
-    result = BuildResult(name, model.materialized, data.num_rows, data.schema, uri)
+    result = BuildResult(name, model.materialized, 0, None, uri)
     result.input_rows = {k: v["changed_rows"] for k, v in new_marks.items()}
     if merge:
-        result.metrics = lake.upsert_model(uri, data, model.unique_key, new_state)
+        key = model.unique_key
+        written, replaced = lake.replace_keys(spark, uri, df, df.select(*key), key, new_state)
+        result.metrics = {
+            "num_target_rows_inserted": written - replaced,
+            "num_target_rows_updated": replaced,
+        }
         result.merged = True
-        result.rows = lake.row_count(uri)
     else:
-        lake.write_model(uri, data, new_state, model.partition_by)
+        lake.replace(df, uri, new_state, partition_by=model.partition_by or None)
+    result.rows = lake.row_count(uri)
     result.version = lake.version(uri)
     result.schema = lake.arrow_schema(uri)
     return result

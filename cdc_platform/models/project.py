@@ -18,8 +18,8 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
+from cdc_platform import lake
 from cdc_platform.catalog import Catalog
-from cdc_platform.lake import delta as lake
 from cdc_platform.steps.normalize import routed_tables
 
 MATERIALIZATIONS = ("view", "table", "incremental")

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from cdc_platform import lake
 from cdc_platform.catalog import Catalog, CatalogError, SourceConfig, load_catalog
-from cdc_platform.lake import delta as lake
 from cdc_platform.quality import docs, validations
 from cdc_platform.quality.redrive import RedriveResult, redrive
 from cdc_platform.quality.validate import SuiteRun

@@ -11,8 +11,8 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.formats import canonical as C
-from cdc_platform.lake import delta as lake
 
 COORDINATES = list(C.RAW_COORDINATES)
 KEY_PREFIX = "key__"

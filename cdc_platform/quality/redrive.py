@@ -12,27 +12,21 @@ A message whose success depends on another message of its batch stays: an ``UPDA
 quarantined because its partner was missing is redriven alone, so it stays unpaired.
 """
 
-import datetime as dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.quality.frames import COORDINATES, coordinate_key
 from cdc_platform.spark import normalize
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.merge import merge_current
-from cdc_platform.steps.normalize import split_parsed
-
-# Rows per replace commit: predicates listing values stay a reasonable size for delta-rs.
-CHUNK = 500
+from cdc_platform.steps.normalize import SplitChanges, split_parsed
 
 
 @dataclass
@@ -44,43 +38,15 @@ class RedriveResult:
     reasons: dict[str, int] = field(default_factory=dict)  # reasons of the remaining rows
 
 
-def _literal(value: object) -> str:
-    if isinstance(value, dt.date):
-        value = value.isoformat()
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return str(value)
-
-
-def _coordinates_predicate(rows: list[dict]) -> str:
-    """Rows matching any of these raw coordinates (null-safe: an absent coordinate is NULL)."""
-    terms = []
-    for r in rows:
-        parts = [
-            f"{lake.quoted(c)} IS NULL" if r[c] is None else f"{lake.quoted(c)} = {_literal(r[c])}"
-            for c in COORDINATES
-        ]
-        terms.append("(" + " AND ".join(parts) + ")")
-    return " OR ".join(terms)
-
-
-def _replace_by_sequence(uri: str, data: pa.Table, metadata: dict[str, str] | None) -> None:
+def _replace_by_sequence(
+    spark: SparkSession, uri: str, data: DataFrame, state: dict[str, Any] | None
+) -> None:
     """Write ``data`` into a partitioned table, replacing rows with the same sequences."""
-    if data.num_rows == 0:
-        return
-    dates = sorted({str(d) for d in data[lake.PARTITION_COLUMN].to_pylist()})
     if not lake.exists(uri):
-        lake.overwrite_partitions(uri, data, dates, metadata)
+        props = lake.properties(state)
+        lake.append(data, uri, partition_by=[lake.PARTITION_COLUMN], props=props)
         return
-    sequences = data["sequence"].to_pylist()
-    for i in range(0, len(sequences), CHUNK):
-        chunk = sorted(set(sequences[i : i + CHUNK]))
-        predicate = (
-            f"{lake.PARTITION_COLUMN} IN ({', '.join(_literal(d) for d in dates)}) AND "
-            f"sequence IN ({', '.join(_literal(s) for s in chunk)})"
-        )
-        rows = data.filter(pc.is_in(data["sequence"], pa.array(chunk, pa.string())))
-        lake.replace_where(uri, rows, predicate)
+    lake.replace_keys(spark, uri, data, data.select("sequence"), ["sequence"], state)
 
 
 def redrive(
@@ -102,34 +68,33 @@ def redrive(
         return result
     if reason:
         quarantine = quarantine.where(F.col("reason").startswith(reason))
-    selected = (
-        quarantine.select(*COORDINATES).dropDuplicates().toArrow().to_pylist()
-    )  # the messages, not their rows (a Canal message may have several rejected rows)
-    result.selected = len(selected)
-    if not selected:
-        return result
-    coords = spark.createDataFrame(
-        [(r,) for r in {_key(s) for s in selected}], "__coord string"
-    ).hint("broadcast")
-    again = raw.withColumn("__coord", coordinate_key()).join(coords, "__coord", "left_semi")
-    parsed = normalize.parse_messages(again.drop("__coord"), source).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    # The messages, not their rows (a Canal message may have several rejected rows).
+    selected = quarantine.select(*COORDINATES).dropDuplicates().persist()
+    parsed = None
     try:
-        still_bad = _write_outputs(warehouse, source, parsed, result)
+        result.selected = selected.count()
+        if not result.selected:
+            return result
+        coords = selected.select(coordinate_key().alias("__coord"))
+        again = raw.withColumn("__coord", coordinate_key()).join(coords, "__coord", "left_semi")
+        parsed = normalize.parse_messages(again.drop("__coord"), source).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        split = _write_outputs(spark, warehouse, source, parsed, result)
+        try:
+            # Last: the selected rows leave the quarantine, the ones that still fail come back.
+            still_bad = split.quarantine
+            _requarantine(spark, q_uri, still_bad, selected)
+            result.remaining = still_bad.select(*COORDINATES).distinct().count()
+            reasons = still_bad.groupBy("reason").count().collect()
+            result.reasons = {r["reason"]: r["count"] for r in reasons}
+        finally:
+            split.release()
     finally:
-        parsed.unpersist()
-    # Last: the selected rows leave the quarantine, the ones that still fail come back.
-    for i in range(0, len(selected), CHUNK):
-        chunk = selected[i : i + CHUNK]
-        keys = {_key(s) for s in chunk}
-        mine = pa.array([_key(r) in keys for r in still_bad.to_pylist()], pa.bool_())
-        lake.replace_where(q_uri, still_bad.filter(mine), _coordinates_predicate(chunk))
-    remaining = {_key(r) for r in still_bad.select(COORDINATES).to_pylist()}
-    result.remaining = len(remaining)
+        selected.unpersist()
+        if parsed is not None:
+            parsed.unpersist()
     result.redriven = result.selected - result.remaining
-    reasons = still_bad.group_by("reason").aggregate([("reason", "count")]).to_pylist()
-    result.reasons = {r["reason"]: r["reason_count"] for r in reasons}
     if merge:
         for name in result.changes:
             options = source.table_config(name)
@@ -139,31 +104,31 @@ def redrive(
     return result
 
 
-def _key(row: dict) -> str:
-    """Python twin of ``frames.coordinate_key`` for one row of coordinates."""
-    return "\x1f".join("\x00" if row[c] is None else str(row[c]) for c in COORDINATES)
+def _requarantine(spark: SparkSession, uri: str, still_bad: DataFrame, selected: DataFrame) -> None:
+    """Replace the quarantine rows of the ``selected`` messages by the rows that still fail."""
+    lake.replace_keys(spark, uri, still_bad, selected, COORDINATES, None)
 
 
 def _write_outputs(
-    warehouse: Path, source: SourceConfig, parsed: DataFrame, result: RedriveResult
-) -> pa.Table:
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    parsed: DataFrame,
+    result: RedriveResult,
+) -> SplitChanges:
     """``steps.normalize.split_parsed`` on the redriven messages, writing change, DDL and control
-    records by sequence; returns the quarantine rows of what still fails."""
+    records by sequence; returns the split, whose quarantine rows are what still fails."""
     split = split_parsed(warehouse, source, parsed)
-    bad = split.quarantine
     for plan, data in split.tables:
         uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
-        state = {lake.STATE_KEY: json.dumps({"key": plan.key, "qualified": plan.qualified})}
-        _replace_by_sequence(uri, data, state)
-        if data.num_rows:
-            result.changes[plan.name] = data.num_rows
-    ddl = normalize.ddl_records(parsed).toArrow()
-    names = [normalize.routed_name(q, source) for q in ddl["qualified_table"].to_pylist()]
-    ddl = ddl.drop_columns(["qualified_table"])
-    for name in sorted(set(names)):
-        rows = ddl.filter(pa.array([n == name for n in names], pa.bool_()))
-        _replace_by_sequence(lake.table_uri(warehouse, lake.DDL, source.name, name), rows, None)
-    control = normalize.control_records(parsed).toArrow()
-    _replace_by_sequence(lake.table_uri(warehouse, lake.CONTROL, source.name), control, None)
-    still = pa.concat_tables(bad, promote_options="permissive")
-    return still
+        _replace_by_sequence(spark, uri, data, {"key": plan.key, "qualified": plan.qualified})
+        if n := data.count():
+            result.changes[plan.name] = n
+    ddl = normalize.ddl_records(parsed)
+    for r in ddl.select("qualified_table").distinct().collect():  # one row per table
+        rows = ddl.where(F.col("qualified_table").eqNullSafe(r[0])).drop("qualified_table")
+        uri = lake.table_uri(warehouse, lake.DDL, source.name, normalize.routed_name(r[0], source))
+        _replace_by_sequence(spark, uri, rows, None)
+    control = normalize.control_records(parsed)
+    _replace_by_sequence(spark, lake.table_uri(warehouse, lake.CONTROL, source.name), control, None)
+    return split

@@ -10,8 +10,8 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from cdc_platform import lake
 from cdc_platform.catalog import QualityConfig, SourceConfig, TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.quality import frames, suites
 from cdc_platform.quality.validate import SuiteRun, validate
 

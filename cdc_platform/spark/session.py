@@ -26,6 +26,8 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # Delta's timestamp: INT64 microseconds in UTC (Spark's default, INT96, is deprecated).
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "4g",

@@ -6,11 +6,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark import history
 
 
@@ -59,43 +60,53 @@ def update_history(
     if applied is not None and state.get("truncates") == fingerprint:
         changed = lake.files_changed_since(cl_uri, applied)
     if changed is None:  # first run, full refresh, truncates changed, or old files vacuumed
-        data = _nullable(
-            history.history_rows(
-                changelog, key, tracked, table.ignore_null_updates, truncates=truncates
-            ).toArrow()
-        )
-        removed = lake.row_count(h_uri)
-        lake.replace(h_uri, data, new_state)
-        return HistoryResult(data.num_rows, removed, data.num_rows, lake.version(h_uri), cl_version)
+        rows = history.history_rows(
+            changelog, key, tracked, table.ignore_null_updates, truncates=truncates
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            written = rows.count()
+            removed = lake.row_count(h_uri)
+            lake.replace(rows, h_uri, new_state)
+        finally:
+            rows.unpersist()
+        return HistoryResult(written, removed, written, lake.version(h_uri), cl_version)
     affected = history.touched_keys(lake.read(spark, cl_uri, only_files=changed), key)
-    data = _nullable(
-        history.history_rows(
-            changelog, key, tracked, table.ignore_null_updates, affected, truncates
-        ).toArrow()
-    )
-    # Versions of the recomputed keys that no longer exist: the same MERGE deletes them.
-    ids = [*key, history.START_AT]
-    old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi").select(*ids)
-    gone = old.toArrow().join(data.select(ids), ids, join_type="left anti")
-    merged = pa.concat_tables(
-        [
-            data.append_column("__drop", pa.repeat(False, data.num_rows)),
-            gone.append_column("__drop", pa.repeat(True, gone.num_rows)),
-        ],
-        promote_options="permissive",
-    )
-    metrics = lake.replace_versions(h_uri, merged, key, history.START_AT, "__drop", new_state)
-    written = metrics.get("num_target_rows_inserted", 0) + metrics.get("num_target_rows_updated", 0)
-    return HistoryResult(
-        int(written),
-        int(metrics.get("num_target_rows_deleted", 0)),
-        lake.row_count(h_uri),
-        lake.version(h_uri),
-        cl_version,
-    )
-
-
-def _nullable(data: pa.Table) -> pa.Table:
-    """Every column nullable: MERGE sources carry null rows, and Spark's non-null flags would
-    otherwise become Delta column constraints."""
-    return data.cast(pa.schema([f.with_nullable(True) for f in data.schema]))
+    new = history.history_rows(
+        changelog, key, tracked, table.ignore_null_updates, affected, truncates
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi")
+    old = old.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # Versions that are new or differ, and versions (by key and start) that are gone: only
+        # the keys with either are rewritten.
+        ids = [*key, history.START_AT]
+        have = set(old.columns)
+        added = new.exceptAll(
+            old.select(
+                *[
+                    F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in new.schema.fields
+                ]
+            )
+        )
+        gone = old.select(*ids).join(new.select(*ids), ids, "left_anti")
+        counts = (
+            added.select(*key, F.lit(1).alias("a"), F.lit(0).alias("g"))
+            .unionByName(gone.select(*key, F.lit(0).alias("a"), F.lit(1).alias("g")))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        totals = counts.agg(F.sum("a"), F.sum("g")).first()
+        written, removed = int(totals[0] or 0), int(totals[1] or 0)
+        changed_keys = counts.select(*key).distinct()
+        if written or removed:
+            lake.replace_keys(
+                spark, h_uri, new.join(changed_keys, key, "left_semi"), changed_keys, key,
+                new_state,
+            )  # fmt: skip
+        else:
+            lake.record_state(h_uri, new_state)
+        counts.unpersist()
+    finally:
+        new.unpersist()
+        old.unpersist()
+    return HistoryResult(written, removed, lake.row_count(h_uri), lake.version(h_uri), cl_version)

@@ -6,11 +6,14 @@ are replaced, nothing else is read. A backfill replaces whole dates. A file remo
 landing folder stays in raw until its date is replaced.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
+from cdc_platform import lake
 from cdc_platform.ingest import landing
-from cdc_platform.lake import delta as lake
 from cdc_platform.lake import landing_files
 from cdc_platform.lake.landing_files import LandingFile
 
@@ -57,9 +60,17 @@ def pending_landing_files(warehouse: Path, source: str, landing_dir: Path) -> di
 def _write(
     uri: str, source: str, date: str, files: list[tuple[Path, LandingFile]], whole_date: bool
 ) -> int:
-    parts = [(f, landing.read_file(p, date, topic=source, name=f.name)) for p, f in files]
+    rows = 0
+
+    def batches(path: Path, file: LandingFile) -> Iterator[pa.RecordBatch]:
+        nonlocal rows
+        for batch in landing.read_batches(path, date, topic=source, name=file.name):
+            rows += batch.num_rows
+            yield batch
+
+    parts = [(f, batches(p, f)) for p, f in files]  # each read as it is written
     landing_files.write(uri, landing.RAW_SCHEMA, date, parts, whole_date)
-    return sum(t.num_rows for _, t in parts)
+    return rows
 
 
 def ingest_landing(

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
 from cdc_platform.formats import canonical as C
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark import apply, history
 
 
@@ -148,9 +149,10 @@ def merge_current(
             .count()
         )
         # The merge below is what advances changelog_version: a crash here just reruns both.
-        truncated = lake.delete_where(
+        truncated = lake.delete_rows(
+            spark,
             cur_uri,
-            f"{lake.quoted(C.SEQUENCE_COL)} < '{truncate}'",
+            F.col(C.SEQUENCE_COL) < F.lit(truncate),
             {**state, "truncated_before": truncated_before},
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
@@ -161,28 +163,29 @@ def merge_current(
         )
     else:
         newest = apply.without_working_columns(newest)
-    newest = newest.persist()
+    newest = newest.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        rows = newest.toArrow()
         made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
+        if full_refresh:
+            rows = newest.drop(apply.PARTIAL_COL)
+            n = rows.count()
+            lake.replace(rows, cur_uri, new_state, key=key, rows=n)
+            metrics = {"num_target_rows_inserted": n, "num_target_rows_updated": 0}
+        else:
+            metrics = lake.upsert_newer(
+                spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
+            )
     finally:
         newest.unpersist()
-    if full_refresh:
-        lake.replace(cur_uri, rows.drop_columns([apply.PARTIAL_COL]), new_state, key=key)
-        metrics = {"num_target_rows_inserted": rows.num_rows, "num_target_rows_updated": 0}
-    else:
-        metrics = lake.upsert_newer(
-            cur_uri, rows, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
-        )
     purged = 0
     if options.tombstone_retention_days:
         # Past the retention a tombstone goes; an event older than it arriving later could then
         # resurrect its key (as in AUTO CDC): choose the retention longer than any lateness.
         cutoff = datetime.now(UTC) - timedelta(days=options.tombstone_retention_days)
-        purged = lake.delete_where(
+        purged = lake.delete_rows(
+            spark,
             cur_uri,
-            f"{lake.quoted(C.DELETED_COL)} AND {lake.quoted(C.EVENT_TIME_COL)}"
-            f" < '{cutoff.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'",
+            F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff)),
             new_state,
         )
     live, deleted = _live_counts(spark, cur_uri)

@@ -5,25 +5,26 @@ yet; each commit records the raw version it reflects, so a rerun after a crash s
 done) or replaces the ``ingest_date`` partitions of the run's dates (``normalize_source``:
 backfills of any source)."""
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
-from cdc_platform.lake import delta as lake
 from cdc_platform.lake import landing_files
 from cdc_platform.spark import normalize
 
 PREVIEW_ROWS = 10
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(kw_only=True)
@@ -136,7 +137,7 @@ def normalize_new(
         # Re-ingested landing files (grown, rewritten): their old change records go first.
         replaced = landing_files.replaced_names(raw_uri, low, high)
         for uri in _normalize_outputs(warehouse, source) if replaced else []:
-            lake.delete_landing_rows(uri, replaced, high)
+            _delete_landing_rows(spark, uri, replaced, high)
         result.add(
             _normalize(spark, warehouse, source, raw, high, None, key_override, types_override)
         )
@@ -144,6 +145,26 @@ def normalize_new(
     for uri in _normalize_outputs(warehouse, source):
         result.written[uri] = lake.files_between(uri, before.get(uri), lake.version(uri))
     return result
+
+
+def _delete_landing_rows(
+    spark: SparkSession, uri: str, names_by_date: dict[str, list[str]], raw_version: int
+) -> int:
+    """Delete the rows of these landing files (date -> ``file`` names) from a normalize output
+    that does not reflect ``raw_version`` yet: the rows of re-ingested files go before their
+    new rows are appended. Skipped by an output that reflects it (a rerun after a crash must
+    not delete what the crashed run appended). Returns rows deleted."""
+    done = lake.normalized_raw_version(uri)
+    if (done is not None and done >= raw_version) or "file" not in lake.arrow_schema(uri).names:
+        return 0
+    gone = functools.reduce(
+        lambda a, b: a | b,
+        [
+            (F.col(lake.PARTITION_COLUMN) == F.lit(date).cast("date")) & F.col("file").isin(*names)
+            for date, names in sorted(names_by_date.items())
+        ],
+    )
+    return lake.delete_rows(spark, uri, gone, only_dates=sorted(names_by_date))
 
 
 def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
@@ -162,10 +183,16 @@ def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
 @dataclass
 class SplitChanges:
     """Parsed messages sorted out: each keyed table's typed change records, and the quarantine
-    rows (errors, unkeyed tables, values that do not fit their type)."""
+    rows (errors, unkeyed tables, values that do not fit their type). Spark frames, each
+    persisted once (``release`` frees them)."""
 
-    tables: list[tuple[normalize.TablePlan, pa.Table]]
-    quarantine: list[pa.Table]
+    tables: list[tuple[normalize.TablePlan, DataFrame]]
+    quarantine: DataFrame
+    persisted: list[DataFrame] = field(default_factory=list)
+
+    def release(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
 
 
 def split_parsed(
@@ -184,24 +211,27 @@ def split_parsed(
         if "key" in (st := lake.state(uri))
     }
     plans = normalize.plan_tables(changes, source, key_override, types_override, known)
-    split = SplitChanges(
-        [], [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR)).toArrow()]
-    )
+    quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
+    split = SplitChanges([], parsed.limit(0))
     for plan in plans.values():
         if plan.problem:
             # No key: nothing of it can be applied; its rows wait in quarantine.
-            split.quarantine.append(normalize.rejected_table(changes, plan).toArrow())
+            quarantine.append(normalize.rejected_table(changes, plan))
             continue
-        # One pass types the table's changes; the rows with a reason are its rejects.
-        typed = normalize.type_changes(changes, plan).toArrow()
-        good = pc.is_null(typed["reason"])
-        bad = typed.filter(pc.invert(good)).drop_columns(["key"])
-        bad = bad.rename_columns(["key" if c == "raw_key" else c for c in bad.column_names])
-        split.quarantine.append(bad.select(list(normalize.QUARANTINE_COLUMNS)))
-        data = typed.filter(good).drop_columns(
-            ["reason", "timestamp", "qualified_table", "raw_key", "value"]
+        # One pass types the table's changes (kept for both outputs); the rows with a reason
+        # are its rejects.
+        typed = normalize.type_changes(changes, plan).persist(StorageLevel.MEMORY_AND_DISK)
+        split.persisted.append(typed)
+        bad = typed.where(F.col("reason").isNotNull()).drop("key")
+        bad = bad.withColumnRenamed("raw_key", "key")
+        quarantine.append(bad.select(*normalize.QUARANTINE_COLUMNS))
+        data = typed.where(F.col("reason").isNull()).drop(
+            "reason", "timestamp", "qualified_table", "raw_key", "value"
         )
         split.tables.append((plan, data))
+    split.quarantine = functools.reduce(
+        lambda a, b: a.unionByName(b, allowMissingColumns=True), quarantine
+    )
     return split
 
 
@@ -216,35 +246,37 @@ def _normalize(
     types_override: dict[str, str] | None,
 ) -> NormalizeResult:
     """Parse ``raw`` and write each output: replacing the partitions ``dates``, or appending
-    (``dates`` None). Every commit records ``raw_version``."""
+    (``dates`` None). Every commit records ``raw_version``. Spark writes every output; the
+    driver gets counts, the newest event times and a few preview rows."""
 
-    def write(uri: str, data: pa.Table, metadata: dict[str, str] | None = None) -> int | None:
+    def write(uri: str, data: DataFrame, metadata: dict[str, str] | None = None) -> int | None:
         if dates is not None:
-            return lake.overwrite_partitions(uri, data, dates, metadata, raw_version)
-        return lake.append_normalized(uri, data, raw_version, metadata)
+            return lake.overwrite_partitions(data, uri, dates, metadata, raw_version)
+        return lake.append_normalized(data, uri, raw_version, metadata)
 
     result = NormalizeResult()
     parsed = normalize.parse_messages(raw, source).persist(StorageLevel.MEMORY_AND_DISK)
+    split = None
     try:
         kinds = {r["kind"]: r["count"] for r in parsed.groupBy("kind").count().collect()}
         result.messages = sum(kinds.values())
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
         split = split_parsed(warehouse, source, parsed, key_override, types_override)
-        quarantine = split.quarantine
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})
             version = write(uri, data, {lake.STATE_KEY: state})
-            ops = data.group_by("op").aggregate([("op", "count")]).to_pylist()
+            ops = data.groupBy("op").agg(F.count("*").alias("n"), _newest("event_time").alias("t"))
+            counts = ops.collect()
             result.tables[plan.name] = TableChanges(
                 name=plan.name,
                 qualified=plan.qualified,
                 key=plan.key,
-                ops={r["op"]: r["op_count"] for r in ops},
+                ops={r["op"]: r["n"] for r in counts},
                 version=version,
-                max_event_time=pc.max(data["event_time"]).as_py(),
-                sample=data.slice(0, PREVIEW_ROWS),
+                max_event_time=_utc(max((r["t"] for r in counts if r["t"]), default=None)),
+                sample=data.limit(PREVIEW_ROWS).toArrow(),
             )
         if dates is not None:
             # A table the reprocessed dates no longer hold keeps no stale rows for them.
@@ -252,7 +284,7 @@ def _normalize(
             for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
                 if (name := Path(uri).name) not in written:
                     st = lake.state(uri)
-                    version = write(uri, lake.arrow_schema(uri).empty_table())
+                    version = write(uri, lake.read(spark, uri, only_files=[]))
                     result.tables[name] = TableChanges(
                         name=name,
                         qualified=st.get("qualified", name),
@@ -260,44 +292,64 @@ def _normalize(
                         ops={},
                         version=version,
                     )
-        result.ddl_by_table = _write_ddl_log(warehouse, source, parsed, write, dates is None)
-        control = normalize.control_records(parsed).toArrow()
+        result.ddl_by_table = _write_ddl_log(spark, warehouse, source, parsed, write, dates is None)
+        control = normalize.control_records(parsed)
         write(lake.table_uri(warehouse, lake.CONTROL, source.name), control)
-        result.max_control_time = pc.max(control["event_time"]).as_py()
+        result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
         # Last: its recorded raw version is where the next incremental run starts.
-        q = pa.concat_tables(quarantine, promote_options="permissive")
-        write(lake.table_uri(warehouse, lake.QUARANTINE, source.name), q)
-        reasons = q.group_by("reason").aggregate([("reason", "count")]).to_pylist()
-        result.quarantine_reasons = {r["reason"]: r["reason_count"] for r in reasons}
+        write(lake.table_uri(warehouse, lake.QUARANTINE, source.name), split.quarantine)
+        reasons = split.quarantine.groupBy("reason").count().collect()
+        result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
     finally:
+        if split is not None:
+            split.release()
         parsed.unpersist()
     return result
 
 
+def _newest(column: str) -> Column:
+    """The newest timestamp as microseconds since the epoch: a value that means the same
+    whatever time zone the driver's Python runs in."""
+    return F.max(F.unix_micros(column))
+
+
+def _utc(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
 def _write_ddl_log(
+    spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
     parsed: DataFrame,
-    write: Callable[[str, pa.Table], int | None],
+    write: Callable[[str, DataFrame], int | None],
     appending: bool,
 ) -> dict[str, int]:
     """Each table's DDL statements into ddl/<source>/<table>. Replacing dates rewrites every DDL
     log of the source, so a reprocessed date never keeps stale rows; appending skips tables
     without new statements."""
-    ddl = normalize.ddl_records(parsed).toArrow()
-    names = [normalize.routed_name(q, source) for q in ddl["qualified_table"].to_pylist()]
-    ddl = ddl.drop_columns(["qualified_table"])
+    ddl = normalize.ddl_records(parsed)
+    found = ddl.groupBy("qualified_table").count().collect()  # a few rows: one per table
+    qualified: dict[str, list[str | None]] = {}
+    counts: dict[str, int] = {}
+    for r in found:
+        name = normalize.routed_name(r["qualified_table"], source)
+        qualified.setdefault(name, []).append(r["qualified_table"])
+        counts[name] = counts.get(name, 0) + r["count"]
     existing = (
         set()
         if appending
         else {Path(u).name for u in lake.tables_under(warehouse, lake.DDL, source.name)}
     )
-    counts = {}
-    for name in sorted(existing | set(names)):
-        rows = ddl.filter(pa.array([n == name for n in names], pa.bool_()))
+    for name in sorted(existing | set(qualified)):
+        names = qualified.get(name, [])
+        mine = F.col("qualified_table").isin(*[q for q in names if q is not None])
+        if None in names:
+            mine = mine | F.col("qualified_table").isNull()
+        rows = ddl.where(mine if names else F.lit(False)).drop("qualified_table")
         write(lake.table_uri(warehouse, lake.DDL, source.name, name), rows)
-        counts[name] = rows.num_rows
+        counts.setdefault(name, 0)
     return counts
 
 

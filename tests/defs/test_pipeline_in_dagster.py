@@ -6,11 +6,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_platform import lake as delta
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.demo import write_demo_traffic
-from cdc_platform.lake import delta
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,14 +18,13 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from cdc_platform import freshness
+from cdc_platform import freshness, lake
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.kafka import run_key, today
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG
 from cdc_platform.ingest import kafka
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows, merge_current
 from cdc_platform.steps.normalize import normalize_new
@@ -302,17 +301,17 @@ _CRASH = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from cdc_platform.catalog import load_catalog
-    from cdc_platform.lake import delta as lake
+    from cdc_platform import lake
     from cdc_platform.spark.session import get_spark
     from cdc_platform.steps.normalize import normalize_new
 
     catalog = load_catalog(sys.argv[1])
     real = lake.append_normalized
 
-    def append_then_die(uri, data, raw_version, metadata=None):
+    def append_then_die(data, uri, raw_version, metadata=None):
         if "/quarantine/" in uri:
             os._exit(17)  # the change log and control log are written, the quarantine is not
-        return real(uri, data, raw_version, metadata)
+        return real(data, uri, raw_version, metadata)
 
     lake.append_normalized = append_then_die
     normalize_new(get_spark("local[1]"), catalog.warehouse_path, catalog.source("k"))

@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cdc_platform import lake
 from cdc_platform.catalog import KafkaConfig, SourceConfig, TableConfig
 from cdc_platform.ingest import kafka
 from cdc_platform.ingest.landing import RAW_SCHEMA
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows, merge_current
 from cdc_platform.steps.normalize import normalize_source
@@ -223,7 +223,7 @@ _CRASHING_RUN = textwrap.dedent(
     from pathlib import Path
     from cdc_platform.catalog import KafkaConfig, SourceConfig, TableConfig
     from cdc_platform.ingest import kafka
-    from cdc_platform.lake import delta as lake
+    from cdc_platform import lake
 
     bootstrap, topic, warehouse, when = sys.argv[1:]
     commit = lake.append_kafka_batch

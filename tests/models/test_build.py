@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform.lake import delta
+from cdc_platform import lake as delta
 from cdc_platform.models.build import build_model, model_uri
 from cdc_platform.models.checks import run_tests
 from cdc_platform.models.commands import compile_models, run_models
@@ -141,7 +141,7 @@ def test_an_incremental_build_falls_back_to_the_sequence_when_its_version_is_gon
     uri = model_uri(warehouse, "order_facts")
     state = delta.state(uri)
     state["inputs"]["current/shop/orders"]["version"] = 999  # a version that does not exist
-    delta.write_model(uri, delta.read_arrow(uri), state, ["order_date"])
+    delta.replace(delta.read(spark, uri), uri, state, partition_by=["order_date"])
     again = build_model(spark, warehouse, project, "order_facts")
     # The demo's second batch restarts the binlog positions, so most of its orders sort before
     # the mark: exactly the late data the version mark catches and this fallback cannot.

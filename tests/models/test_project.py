@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform.lake import delta
+from cdc_platform import lake as delta
 from cdc_platform.models.compile import render, template_line
 from cdc_platform.models.graph import build_order, select
 from cdc_platform.models.project import ModelError, Relation, load_project

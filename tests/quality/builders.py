@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cdc_platform.lake import delta as lake
+from cdc_platform import lake
 
 DATE = "2026-03-01"
 ROW = pa.struct([pa.field("id", pa.int32()), pa.field("name", pa.string())])
@@ -40,10 +40,11 @@ def change(op: str, id_: int | None, line: int, **over) -> dict:
     return {**row, **over}
 
 
-def write_changelog(warehouse: Path, source: str, table: str, rows: list[dict]) -> str:
+def write_changelog(spark, warehouse: Path, source: str, table: str, rows: list[dict]) -> str:
     uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
     state = {lake.STATE_KEY: json.dumps({"key": ["id"], "qualified": "app.t"})}
-    lake.overwrite_partitions(uri, pa.Table.from_pylist(rows, CHANGELOG), [DATE], state)
+    data = spark.createDataFrame(pa.Table.from_pylist(rows, CHANGELOG))
+    lake.overwrite_partitions(data, uri, [DATE], state)
     return uri
 
 
@@ -65,5 +66,8 @@ def coordinates(lines: list[int], **extra: list) -> pa.Table:
     return table
 
 
-def write(warehouse: Path, layer: str, source: str, table: str | None, data: pa.Table) -> None:
-    lake.overwrite_partitions(lake.table_uri(warehouse, layer, source, table), data, [DATE])
+def write(
+    spark, warehouse: Path, layer: str, source: str, table: str | None, data: pa.Table
+) -> None:
+    uri = lake.table_uri(warehouse, layer, source, table)
+    lake.overwrite_partitions(spark.createDataFrame(data), uri, [DATE])

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from cdc_platform import lake
 from cdc_platform.cli import main
-from cdc_platform.lake import delta as lake
 from tests.quality.builders import change, write, write_changelog
 from tests.quality.builders import coordinates as coords
 from tests.quality.test_suites import CLEAN
@@ -26,8 +26,8 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
 
 def test_quality_report_builds_the_site_and_fails_on_error_rules(spark, tmp_path, capsys):
     warehouse, out = tmp_path / "warehouse", tmp_path / "reports"
-    write_changelog(warehouse, "s", "t", CLEAN)
-    write(warehouse, lake.RAW, "s", None, coords([r["line"] for r in CLEAN]))
+    write_changelog(spark, warehouse, "s", "t", CLEAN)
+    write(spark, warehouse, lake.RAW, "s", None, coords([r["line"] for r in CLEAN]))
     args = ["quality-report", "--warehouse", str(warehouse), "--out", str(out)]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -35,7 +35,8 @@ def test_quality_report_builds_the_site_and_fails_on_error_rules(spark, tmp_path
                       "failed_rules": 0}  # fmt: skip
     assert (out / "data_docs" / "index.html").is_file()
 
-    write_changelog(warehouse, "s", "t", [*CLEAN, change("x", 9, 27)])  # raw lacks line 27 too
+    # raw lacks line 27 too
+    write_changelog(spark, warehouse, "s", "t", [*CLEAN, change("x", 9, 27)])
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "changelog.s.t [all] op_in_domain (ERROR): 1 unexpected" in err
@@ -43,7 +44,7 @@ def test_quality_report_builds_the_site_and_fails_on_error_rules(spark, tmp_path
 
 def test_redrive_with_an_empty_quarantine_says_zero(spark, tmp_path, capsys):
     warehouse = tmp_path / "warehouse"
-    write(warehouse, lake.RAW, "s", None, coords([1]))
+    write(spark, warehouse, lake.RAW, "s", None, coords([1]))
     assert main(["redrive", "--warehouse", str(warehouse), "--reason", "invalid"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {
         "s": {"redriven": 0, "remaining": 0}

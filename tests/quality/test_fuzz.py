@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.quality import validations
 from cdc_platform.steps.ingest import ingest_files
 from cdc_platform.steps.normalize import normalize_source

@@ -5,8 +5,8 @@ import shutil
 import pyarrow.compute as pc
 import pytest
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.quality import redrive as redrive_module
 from cdc_platform.quality import validations
 from cdc_platform.quality.redrive import redrive
@@ -82,11 +82,11 @@ def test_redrive_without_the_fix_keeps_messages_and_reasons(spark, warehouse):
 def test_a_crash_between_the_commits_leaves_messages_twice_never_lost(
     spark, warehouse, monkeypatch
 ):
-    def crash(rows):
+    def crash(*args):
         raise RuntimeError("killed before the quarantine commit")
 
     # Fault injection: the process dies after the change log commit, before the quarantine's.
-    monkeypatch.setattr(redrive_module, "_coordinates_predicate", crash)
+    monkeypatch.setattr(redrive_module, "_requarantine", crash)
     with pytest.raises(RuntimeError):
         redrive(spark, warehouse, AFTER_FIX)
     monkeypatch.undo()

@@ -5,8 +5,8 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
+from cdc_platform import lake
 from cdc_platform.catalog import QualityConfig, SourceConfig, TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.quality import frames, suites, validations
 from cdc_platform.quality.validate import validate
 from tests.quality.builders import DATE, change, coordinates, write, write_changelog
@@ -43,7 +43,7 @@ def test_every_changelog_rule_has_a_violation_here():
 
 
 def test_changelog_suite_passes_a_clean_change_log(spark, warehouse):
-    write_changelog(warehouse, "s", "t", CLEAN)
+    write_changelog(spark, warehouse, "s", "t", CLEAN)
     run = validations.validate_changelog(spark, warehouse, SOURCE, "t", [DATE])
     assert run.engine == "pandas" and run.rows == len(CLEAN)
     assert [r.rule for r in run.rules if not r.success] == []
@@ -51,7 +51,7 @@ def test_changelog_suite_passes_a_clean_change_log(spark, warehouse):
 
 def test_each_changelog_rule_fails_on_its_violation(spark, warehouse):
     rows = [*CLEAN, *[r for bad in VIOLATIONS.values() for r in bad]]
-    write_changelog(warehouse, "s", "t", rows)
+    write_changelog(spark, warehouse, "s", "t", rows)
     run = validations.validate_changelog(spark, warehouse, SOURCE, "t", [DATE])
     failed = {r.rule: r for r in run.rules if not r.success}
     assert set(failed) == set(VIOLATIONS)
@@ -67,7 +67,7 @@ def test_each_changelog_rule_fails_on_its_violation(spark, warehouse):
 def test_spark_engine_agrees_with_pandas(spark, warehouse):
     """Big frames stay in Spark: the same suite gives the same verdicts there."""
     rows = [*CLEAN, *[r for bad in VIOLATIONS.values() for r in bad]]
-    write_changelog(warehouse, "s", "t", rows)
+    write_changelog(spark, warehouse, "s", "t", rows)
     frame, key = frames.changelog_frame(spark, warehouse, "s", "t", [DATE], ["dataworks"])
     args = (suites.load(suites.CHANGELOG), "changelog.s.t", key, {})
     params = validations.changelog_parameters(QualityConfig())
@@ -80,7 +80,7 @@ def test_spark_engine_agrees_with_pandas(spark, warehouse):
 
 
 def test_overrides_from_sources_yaml_change_bounds_formats_and_severity(spark, warehouse):
-    write_changelog(warehouse, "s", "t", CLEAN)
+    write_changelog(spark, warehouse, "s", "t", CLEAN)
     strict = QualityConfig(
         min_event_time=dt.datetime(2027, 1, 1, tzinfo=dt.UTC),
         update_before_image=True,
@@ -94,7 +94,7 @@ def test_overrides_from_sources_yaml_change_bounds_formats_and_severity(spark, w
 
 
 def test_current_suite(spark, warehouse):
-    write_changelog(warehouse, "s", "t", CLEAN)  # the key comes from the change log's state
+    write_changelog(spark, warehouse, "s", "t", CLEAN)  # the key comes from the change log's state
     uri = lake.table_uri(warehouse, lake.CURRENT, "s", "t")
 
     def current(rows):
@@ -103,7 +103,7 @@ def test_current_suite(spark, warehouse):
                 "__deleted": pa.bool_()}  # fmt: skip
         data = [{"name": "x", "__sequence": f"{i:04d}", "__op": "c", "__event_time": None,
                  "__deleted": False, **r} for i, r in enumerate(rows)]  # fmt: skip
-        lake.replace(uri, pa.Table.from_pylist(data, pa.schema(cols)), {})
+        lake.replace(spark.createDataFrame(pa.Table.from_pylist(data, pa.schema(cols))), uri, {})
 
     current([{"id": 1}, {"id": 2}, {"id": 3, "__deleted": True}])
     balance = {"live_before": 1, "truncated_live": 0, "made_live": 2, "made_dead": 1,
@@ -124,13 +124,14 @@ def test_current_suite(spark, warehouse):
 
 def test_reconciliation_finds_a_raw_message_in_no_output(spark, warehouse):
     source = SourceConfig(name="r")
-    write(warehouse, lake.RAW, "r", None, coordinates([1, 2, 3, 4, 5]))
-    write(warehouse, lake.CHANGELOG, "r", "a", coordinates([1, 1, 2]))  # a multi-row message
-    write(warehouse, lake.DDL, "r", "a", coordinates([3]))
-    write(warehouse, lake.QUARANTINE, "r", None, coordinates([4], reason=["invalid JSON"]))
+    write(spark, warehouse, lake.RAW, "r", None, coordinates([1, 2, 3, 4, 5]))
+    write(spark, warehouse, lake.CHANGELOG, "r", "a", coordinates([1, 1, 2]))  # a multi-row message
+    write(spark, warehouse, lake.DDL, "r", "a", coordinates([3]))
+    write(spark, warehouse, lake.QUARANTINE, "r", None, coordinates([4], reason=["invalid JSON"]))
     run = validations.validate_reconciliation(spark, warehouse, source, [DATE])
     rule = run.rule("raw_messages_accounted")
     assert not rule.success and rule.unexpected == 1 and rule.sample[0]["line"] == 5
-    write(warehouse, lake.CONTROL, "r", None, coordinates([5]))  # e.g. a consumed UPDATE_BEFOR
+    # e.g. a consumed UPDATE_BEFOR
+    write(spark, warehouse, lake.CONTROL, "r", None, coordinates([5]))
     run = validations.validate_reconciliation(spark, warehouse, source, [DATE])
     assert run.success and run.rule("raw_messages_accounted").checked == 5

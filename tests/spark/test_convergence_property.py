@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.ingest import ingest_files
 from cdc_platform.steps.merge import MergeResult, current_rows, merge_current

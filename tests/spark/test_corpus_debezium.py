@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows
 from cdc_platform.steps.replay import replay

@@ -1,12 +1,16 @@
-"""Current-table layout: written sorted by key in bounded files; a merge rewrites only the files
-whose key range holds a key of its batch, and gives the same rows whatever the layout."""
+"""Current-table layout: written sorted by key in bounded files; a merge (in Spark) rewrites
+only the files holding a key it changes, writes new keys to new files, and gives the same rows
+whatever the layout."""
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 
-from cdc_platform.lake import delta as lake
+from cdc_platform import lake
+from cdc_platform.lake import commit
+
+pytestmark = pytest.mark.spark
 
 SEQ, PARTIAL = "__sequence", "__columns"
 
@@ -14,12 +18,7 @@ SEQ, PARTIAL = "__sequence", "__columns"
 @pytest.fixture(autouse=True)
 def small_files(monkeypatch):
     # Files of a few thousand rows, so a few thousand rows make a table of several files.
-    size = 16 * 1024
-    monkeypatch.setattr(lake, "CURRENT_FILE_SIZE", size)
-    monkeypatch.setattr(lake, "_LAYOUT", {"delta.targetFileSize": str(size)})
-    monkeypatch.setattr(
-        lake, "WRITER", WriterProperties(max_row_group_size=1024, compression="SNAPPY")
-    )
+    monkeypatch.setattr(commit, "ROWS_PER_FILE", 4_000)
 
 
 def _rows(ids, seq: int, key: str = "id") -> pa.Table:
@@ -39,10 +38,10 @@ def _ranges(uri: str, col: str = "id") -> list[tuple]:
     return sorted(zip(adds[f"min.{col}"].to_pylist(), adds[f"max.{col}"].to_pylist(), strict=True))
 
 
-def _upsert(uri: str, data: pa.Table, key: str = "id") -> tuple[int, int]:
+def _upsert(spark, uri: str, data: pa.Table, key: str = "id", state=None) -> tuple[int, int]:
     """Merge; returns (files rewritten, files before)."""
     before = set(DeltaTable(uri).file_uris()) if lake.exists(uri) else set()
-    lake.upsert_newer(uri, data, [key], SEQ, PARTIAL, {})
+    lake.upsert_newer(spark, uri, spark.createDataFrame(data), [key], SEQ, PARTIAL, state or {})
     return len(before - set(DeltaTable(uri).file_uris())), len(before)
 
 
@@ -51,37 +50,36 @@ def _table(uri: str, key: str = "id") -> dict:
     return dict(zip(t[key], t["v"], strict=True))
 
 
-def test_first_write_is_sorted_in_bounded_files(tmp_path):
+def test_first_write_is_sorted_in_bounded_files(spark, tmp_path):
     uri = str(tmp_path / "cur")
-    _upsert(uri, _rows(np.random.default_rng(0).permutation(20_000).tolist(), 1))
+    _upsert(spark, uri, _rows(np.random.default_rng(0).permutation(20_000).tolist(), 1))
     ranges = _ranges(uri)
     assert len(ranges) > 3
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # disjoint
-    assert DeltaTable(uri).metadata().configuration["delta.targetFileSize"] == str(16 * 1024)
 
 
-def test_a_merge_rewrites_only_the_files_holding_its_keys(tmp_path):
+def test_a_merge_rewrites_only_the_files_holding_its_keys(spark, tmp_path):
     uri = str(tmp_path / "cur")
-    _upsert(uri, _rows(range(20_000), 1))
+    _upsert(spark, uri, _rows(range(20_000), 1))
     expected = {i: f"1-{i}" for i in range(20_000)}
     ranges = _ranges(uri)
     # Keys in the last file, and new keys past the end.
     batch = _rows(range(ranges[-1][0], 20_500), 2)
-    assert _upsert(uri, batch)[0] == 1
+    assert _upsert(spark, uri, batch)[0] == 1
     expected |= {i: f"2-{i}" for i in range(ranges[-1][0], 20_500)}
     # A key in the first file and one in the middle: two files.
     middle = ranges[len(ranges) // 2][0]
-    assert _upsert(uri, _rows([3, middle], 3))[0] == 2
+    assert _upsert(spark, uri, _rows([3, middle], 3))[0] == 2
     expected |= {3: "3-3", middle: f"3-{middle}"}
     # Only new keys, before and after every file: nothing rewritten.
-    assert _upsert(uri, _rows([-7, 50_000], 4))[0] == 0
+    assert _upsert(spark, uri, _rows([-7, 50_000], 4))[0] == 0
     expected |= {-7: "4--7", 50_000: "4-50000"}
     # An older batch changes nothing and rewrites nothing.
-    assert _upsert(uri, _rows(range(0, 20_000, 97), 1))[0] == 0
+    assert _upsert(spark, uri, _rows(range(0, 20_000, 97), 1))[0] == 0
     assert _table(uri) == expected
 
 
-def test_merges_are_right_on_an_unsorted_table(tmp_path):
+def test_merges_are_right_on_an_unsorted_table(spark, tmp_path):
     # A table written before the layout existed: random order, overlapping file ranges.
     uri = str(tmp_path / "cur")
     first = _rows(np.random.default_rng(1).permutation(20_000).tolist(), 1)
@@ -96,49 +94,48 @@ def test_merges_are_right_on_an_unsorted_table(tmp_path):
     for seq, ids in enumerate(
         [range(19_000, 21_000), np.random.default_rng(2).choice(25_000, 500, replace=False)], 2
     ):
-        _upsert(uri, _rows([int(i) for i in ids], seq))
+        _upsert(spark, uri, _rows([int(i) for i in ids], seq))
         expected |= {int(i): f"{seq}-{i}" for i in ids}
     assert _table(uri) == expected
-    assert DeltaTable(uri).metadata().configuration["delta.targetFileSize"] == str(16 * 1024)
 
 
-def test_string_keys(tmp_path):
+def test_string_keys(spark, tmp_path):
     uri = str(tmp_path / "cur")
     names = [f"k'{i:05d}" for i in range(10_000)]
-    _upsert(uri, _rows(names, 1, "k"), "k")
-    rewritten, files = _upsert(uri, _rows(["k'09990", "k'09999", "zz"], 2, "k"), "k")
+    _upsert(spark, uri, _rows(names, 1, "k"), "k")
+    rewritten, files = _upsert(spark, uri, _rows(["k'09990", "k'09999", "zz"], 2, "k"), "k")
     assert (rewritten, files > 1) == (1, True)
     assert _table(uri, "k") == {n: f"1-{n}" for n in names} | {
         n: f"2-{n}" for n in ["k'09990", "k'09999", "zz"]
     }
 
 
-def test_many_ranges_are_joined_into_few(tmp_path):
+def test_new_keys_inside_every_files_range_rewrite_nothing(spark, tmp_path):
     uri = str(tmp_path / "cur")
-    _upsert(uri, _rows(range(0, 200_000, 2), 1))
-    batch = _rows(range(1, 200_000, 998), 2)  # odd: all new keys, in every file
-    predicate = lake._key_ranges(uri, batch, ["id"])
-    assert 1 < predicate.count("BETWEEN") <= lake._MAX_KEY_RANGES
-    assert _upsert(uri, batch)[0] == 0
+    _upsert(spark, uri, _rows(range(0, 200_000, 2), 1))
+    batch = _rows(range(1, 200_000, 998), 2)  # odd: all new keys, in every file's range
+    files = lake.merge.candidate_files(spark, DeltaTable(uri), spark.createDataFrame(batch), "id")
+    assert 10 < len(files) <= len(DeltaTable(uri).file_uris())  # most read...
+    assert _upsert(spark, uri, batch)[0] == 0  # ...none rewritten
     assert len(_table(uri)) == 100_000 + len(batch)
 
 
-def test_replace_with_a_key_writes_the_layout(tmp_path):
+def test_replace_with_a_key_writes_the_layout(spark, tmp_path):
     uri = str(tmp_path / "cur")
     data = _rows(np.random.default_rng(3).permutation(20_000).tolist(), 1).drop_columns([PARTIAL])
-    lake.replace(uri, data, {"key": ["id"]}, key=["id"])
+    lake.replace(spark.createDataFrame(data), uri, {"key": ["id"]}, key=["id"], rows=20_000)
     ranges = _ranges(uri)
     assert len(ranges) > 3 and all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
     assert lake.state(uri) == {"key": ["id"]}
 
 
-def test_a_merge_is_one_commit_and_a_no_op_merge_one_empty_one(tmp_path):
+def test_a_merge_is_one_commit_and_a_no_op_merge_one_empty_one(spark, tmp_path):
     uri = str(tmp_path / "cur")
-    _upsert(uri, _rows(range(100), 1))
+    _upsert(spark, uri, _rows(range(100), 1))
     version = lake.version(uri)
-    _upsert(uri, _rows(range(10), 2))
+    _upsert(spark, uri, _rows(range(10), 2))
     assert lake.version(uri) == version + 1
     # Nothing newer: no data commit, but the state is recorded once.
-    lake.upsert_newer(uri, _rows(range(10), 1), ["id"], SEQ, PARTIAL, {"changelog_version": 7})
+    _upsert(spark, uri, _rows(range(10), 1), state={"changelog_version": 7})
     assert lake.version(uri) == version + 2
     assert lake.state(uri)["changelog_version"] == 7

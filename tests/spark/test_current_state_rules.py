@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.steps.merge import current_rows, merge_current
 from cdc_platform.steps.replay import replay
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import datahub_tuple, detect
 from cdc_platform.ingest import landing
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows
 from cdc_platform.steps.replay import replay

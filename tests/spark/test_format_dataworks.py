@@ -19,11 +19,11 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import dataworks, detect
 from cdc_platform.formats.column_specs import ColumnSpec
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows
 from cdc_platform.steps.replay import replay

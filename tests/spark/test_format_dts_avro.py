@@ -17,12 +17,12 @@ import fastavro
 import pytest
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect, dts_avro
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.ingest import landing
-from cdc_platform.lake import delta as lake
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows
 from cdc_platform.steps.replay import replay

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
+from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.steps.history import update_history
 
 pytestmark = pytest.mark.spark
@@ -35,7 +35,7 @@ def _seq(n):
 def _write(spark, warehouse, day, changes):
     df = spark.createDataFrame(changes, SCHEMA).withColumn("ingest_date", F.lit(day).cast("date"))
     uri = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
-    lake.overwrite_partitions(uri, df.toArrow(), [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
+    lake.overwrite_partitions(df, uri, [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
 
 
 def _history(spark, warehouse, table=TABLE, full_refresh=False):

@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.lake import landing_files
 from cdc_platform.quality import validations
 from cdc_platform.steps.ingest import ingest_landing, pending_landing_files
@@ -132,7 +132,7 @@ def test_a_date_written_before_files_were_tracked_is_replaced_once(spark, wareho
     old = landing_io.read_files(
         [(folder / n, f"dt={DATE}/{n}") for n in ("a.jsonl", "b.jsonl")], DATE, topic="inc"
     )
-    lake.overwrite_partitions(raw_uri, old, [DATE])
+    lake.overwrite_partitions(spark.createDataFrame(old).coalesce(1), raw_uri, [DATE])
     normalize_source(spark, warehouse, SOURCE, [DATE])
     assert landing_files.manifest(raw_uri, DATE) is None
     assert sorted(pending_landing_files(warehouse, "inc", landing)[DATE]) == [

@@ -2,8 +2,8 @@
 
 import pytest
 
+from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
-from cdc_platform.lake import delta as lake
 from cdc_platform.steps.merge import current_rows, merge_current
 
 pytestmark = pytest.mark.spark
@@ -30,7 +30,7 @@ def _write_batch(spark, warehouse, day, changes):
         .withColumnRenamed("ingest_date_", "ingest_date")
     )
     uri = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
-    lake.overwrite_partitions(uri, df.toArrow(), [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
+    lake.overwrite_partitions(df, uri, [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
 
 
 def _state(spark, warehouse, options=None):

@@ -1,0 +1,333 @@
+"""The commit protocol: Spark's executors write the data files (``lake.data_files``), the
+driver commits them to the Delta log with delta-rs, in one atomic commit with what describes
+them: removes of the files they replace, our ``cdc.state`` metadata, and the transaction ids
+(``txn``) that make reruns skip what is done.
+
+A commit is made against the version its inputs were read at; when another writer committed
+since, delta-rs's conflict check fails it (it removed a file we remove, or set a transaction
+id we set) rather than lose or double an update, and the written files are discarded.
+
+Schema changes go first, in commits of their own: a new column (nested ones too) is added to
+the table's schema; a wider type (int -> bigint, more decimal digits) rewrites the table with
+it. Both leave the rows as they are, so a crash after them loses nothing.
+"""
+
+import json
+import re
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
+
+from cdc_platform.formats.column_specs import common_type
+from cdc_platform.lake import data_files
+from cdc_platform.lake.tables import PARTITION_COLUMN, STATE_KEY, add_actions, exists, read
+
+# Delta transaction identifier of every table a normalize step writes: its version is the raw
+# table version the output reflects, so an appending rerun after a crash skips what is done.
+NORMALIZED_APP = "cdc.normalize"
+
+
+def properties(
+    state: dict[str, Any] | None = None,
+    metadata: dict[str, str] | None = None,
+    txns: dict[str, int] | None = None,
+) -> CommitProperties | None:
+    """Commit properties: ``state`` as ``cdc.state``, other ``metadata``, transaction ids."""
+    custom = dict(metadata or {})
+    if state is not None:
+        custom[STATE_KEY] = json.dumps(state)
+    transactions = [Transaction(app, v) for app, v in sorted((txns or {}).items())]
+    if not custom and not transactions:
+        return None
+    return CommitProperties(custom_metadata=custom or None, app_transactions=transactions or None)
+
+
+def commit(
+    uri: str,
+    adds: list[AddAction],
+    removes: list[RemoveAction] | None = None,
+    *,
+    schema: pa.Schema | None = None,
+    partition_by: list[str] | None = None,
+    read_version: int | None = None,
+    props: CommitProperties | None = None,
+    replace: bool = False,
+) -> int:
+    """Commit written files: create the table (``schema``), or add (and remove) files against
+    ``read_version`` (the newest when None), or ``replace`` every file and the schema. The
+    written files are deleted when the commit fails. Returns the new version."""
+    try:
+        if not exists(uri) or replace:
+            create_table_with_add_actions(
+                uri, Schema.from_arrow(schema), adds, mode="overwrite" if replace else "error",
+                partition_by=partition_by or None, commit_properties=props,
+            )  # fmt: skip
+        else:
+            dt = DeltaTable(uri, version=read_version)
+            dt.create_write_transaction(
+                [*(removes or []), *adds], mode="append", schema=dt.schema(),
+                partition_by=dt.metadata().partition_columns, commit_properties=props,
+            )  # fmt: skip
+    except BaseException:
+        data_files.discard(uri, adds)
+        raise
+    return DeltaTable(uri).version()
+
+
+def record_state(uri: str, state: dict[str, Any]) -> int:
+    """A commit of ``state`` alone (a step that changed no row still records what it read)."""
+    return commit(uri, [], props=properties(state))
+
+
+# --- schemas ---
+
+
+def nullable(schema: pa.Schema | pa.DataType) -> Any:
+    """Every field nullable, nested ones too: a table declares no NOT NULL constraint."""
+    if isinstance(schema, pa.Schema):
+        return pa.schema([f.with_nullable(True).with_type(nullable(f.type)) for f in schema])
+    if pa.types.is_struct(schema):
+        return pa.struct([f.with_nullable(True).with_type(nullable(f.type)) for f in schema])
+    return schema
+
+
+def arrow_of(df: DataFrame) -> pa.Schema:
+    """The Delta-ready Arrow schema of a DataFrame (timestamps in UTC microseconds)."""
+    return nullable(to_arrow_schema(df.schema, timezone="UTC"))
+
+
+def _arrow_type(sql_type: str) -> pa.DataType:
+    """Arrow type of a type widening can produce (see ``column_specs.common_type``)."""
+    if m := re.fullmatch(r"decimal\((\d+),(\d+)\)", sql_type):
+        return pa.decimal128(int(m[1]), int(m[2]))
+    named = {"smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64()}
+    return {**named, "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC")}[sql_type]
+
+
+def _fields(t: pa.Schema | pa.DataType) -> list[pa.Field]:
+    return list(t) if isinstance(t, pa.Schema) or pa.types.is_struct(t) else []
+
+
+def _evolved(table: Any, incoming: Any, *, widen: bool, add: bool) -> Any:
+    """``table`` with each column widened to hold ``incoming``'s type (``widen``), and with
+    ``incoming``'s columns it lacks appended (``add``), nested in structs too."""
+    if isinstance(table, pa.Schema) or pa.types.is_struct(table):
+        theirs = {f.name: f.type for f in _fields(incoming)}
+        ours = {f.name for f in table}
+        fields = [
+            f.with_type(_evolved(f.type, theirs[f.name], widen=widen, add=add))
+            if f.name in theirs
+            else f
+            for f in table
+        ]
+        if add:
+            fields += [f for f in _fields(incoming) if f.name not in ours]
+        return pa.schema(fields) if isinstance(table, pa.Schema) else pa.struct(fields)
+    if not widen or table == incoming or pa.types.is_struct(incoming):
+        return table
+    try:
+        old, new = from_arrow_type(table).simpleString(), from_arrow_type(incoming).simpleString()
+    except (TypeError, ValueError):  # a type Spark has no name for is never widened
+        return table
+    common = common_type(old, new)
+    return table if common in (None, old) else _arrow_type(common)
+
+
+def evolve(spark: SparkSession, uri: str, incoming: pa.Schema) -> pa.Schema:
+    """Make the table's schema hold ``incoming`` (see the module's doc); returns the schema the
+    written files must have. A table that does not exist yet takes ``incoming``."""
+    if not exists(uri):
+        return nullable(incoming)
+    dt = DeltaTable(uri)
+    schema = pa.schema(dt.schema())
+    widened = _evolved(schema, incoming, widen=True, add=False)
+    if not widened.equals(schema):
+        _rewrite_as(spark, uri, dt, nullable(widened))
+        schema = widened
+    merged = nullable(_evolved(schema, incoming, widen=False, add=True))
+    if not merged.equals(schema):
+        # A commit of the schema alone: delta-rs merges it with no data file written.
+        write_deltalake(uri, merged.empty_table(), mode="append", schema_mode="merge")
+    return merged
+
+
+def _rewrite_as(spark: SparkSession, uri: str, dt: DeltaTable, schema: pa.Schema) -> None:
+    """Rewrite every file of the table with the (wider) ``schema``, in one commit."""
+    partition_by = dt.metadata().partition_columns
+    adds = data_files.write(conform(read(spark, uri), schema), uri, partition_by)
+    # An overwrite removes every file the snapshot has.
+    dt.create_write_transaction(
+        adds, mode="overwrite", schema=Schema.from_arrow(schema), partition_by=partition_by
+    )
+
+
+def conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
+    """``df`` with the columns of ``schema``, by name, in its order and types (absent ones
+    null), nested struct fields too: the files of a table all look alike."""
+    target = from_arrow_schema(schema)
+    have = {f.name: f.dataType for f in df.schema.fields}
+    return df.select(
+        *[
+            _conformed(F.col(f"`{f.name}`"), have[f.name], f.dataType).alias(f.name)
+            if f.name in have
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in target.fields
+        ]
+    )
+
+
+def _same(a: T.DataType, b: T.DataType) -> bool:
+    """Equal types, nullability aside."""
+    if isinstance(a, T.StructType) and isinstance(b, T.StructType):
+        return len(a.fields) == len(b.fields) and all(
+            x.name == y.name and _same(x.dataType, y.dataType)
+            for x, y in zip(a.fields, b.fields, strict=True)
+        )
+    return a.simpleString() == b.simpleString()
+
+
+def _conformed(col: Column, have: T.DataType, want: T.DataType) -> Column:
+    if _same(have, want):
+        return col
+    if isinstance(have, T.StructType) and isinstance(want, T.StructType):
+        theirs = {f.name: f.dataType for f in have.fields}
+        fields = [
+            _conformed(col[f.name], theirs[f.name], f.dataType).alias(f.name)
+            if f.name in theirs
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in want.fields
+        ]
+        return F.when(col.isNotNull(), F.struct(*fields))
+    return col.cast(want)
+
+
+# --- writes ---
+
+
+def append(
+    df: DataFrame,
+    uri: str,
+    *,
+    partition_by: list[str] | None = None,
+    read_version: int | None = None,
+    props: CommitProperties | None = None,
+) -> int:
+    """Append ``df``'s rows (a new table is partitioned by ``partition_by``)."""
+    schema = evolve(df.sparkSession, uri, arrow_of(df))
+    if exists(uri):
+        partition_by = DeltaTable(uri).metadata().partition_columns
+    adds = data_files.write(conform(df, schema), uri, partition_by)
+    return commit(
+        uri, adds, schema=schema, partition_by=partition_by, read_version=read_version,
+        props=props,
+    )  # fmt: skip
+
+
+def overwrite_partitions(
+    df: DataFrame,
+    uri: str,
+    dates: list[str],
+    metadata: dict[str, str] | None = None,
+    raw_version: int | None = None,
+) -> int:
+    """Replace the ``ingest_date`` partitions ``dates`` with ``df``'s rows: reruns are
+    idempotent. ``raw_version``: the raw table version the data was derived from, recorded in
+    the same commit as the ``cdc.normalize`` transaction (see ``normalized_raw_version``)."""
+    txns = {NORMALIZED_APP: raw_version} if raw_version is not None else None
+    props = properties(metadata=metadata, txns=txns)
+    schema = evolve(df.sparkSession, uri, arrow_of(df))
+    read_version = DeltaTable(uri).version() if exists(uri) else None
+    removes = []
+    if read_version is not None:
+        actions = add_actions(DeltaTable(uri, version=read_version))
+        column = f"partition.{PARTITION_COLUMN}"
+        wanted = set(dates)
+        if actions.num_rows:
+            paths = {
+                p
+                for p, d in zip(
+                    actions["path"].to_pylist(), actions[column].to_pylist(), strict=True
+                )
+                if d is not None and str(d) in wanted
+            }
+            removes = data_files.removes(actions, paths)
+    adds = data_files.write(conform(df, schema), uri, [PARTITION_COLUMN])
+    return commit(
+        uri, adds, removes, schema=schema, partition_by=[PARTITION_COLUMN],
+        read_version=read_version, props=props,
+    )  # fmt: skip
+
+
+def normalized_raw_version(uri: str) -> int | None:
+    """The raw version a normalize output reflects (None: none recorded, or no table)."""
+    return DeltaTable(uri).transaction_version(NORMALIZED_APP) if exists(uri) else None
+
+
+def append_normalized(
+    df: DataFrame, uri: str, raw_version: int, metadata: dict[str, str] | None = None
+) -> int | None:
+    """Append ``df``'s rows derived from raw up to ``raw_version``, unless the table already
+    reflects that version (a rerun after a crash between outputs): None then. The commit is
+    made against the version read, so a racing run that appended the same batch makes this
+    one fail."""
+    read_version = None
+    if exists(uri):
+        dt = DeltaTable(uri)
+        done = dt.transaction_version(NORMALIZED_APP)
+        if done is not None and done >= raw_version:
+            return None
+        read_version = dt.version()
+    props = properties(metadata=metadata, txns={NORMALIZED_APP: raw_version})
+    return append(df, uri, partition_by=[PARTITION_COLUMN], read_version=read_version, props=props)
+
+
+# A current table's files hold about this many rows, sorted by key, so a merge rewrites only
+# the files whose key range (min/max statistics) holds a key it changes.
+ROWS_PER_FILE = 500_000
+
+
+def replace(
+    df: DataFrame,
+    uri: str,
+    state: dict[str, Any],
+    key: list[str] | None = None,
+    partition_by: list[str] | None = None,
+    rows: int | None = None,
+) -> int:
+    """Replace the whole table, schema and partitioning included (a new version: time travel
+    still reaches the old one). With ``key`` (a current table) the rows are written sorted by
+    it, ``rows`` (when known) sizing the files."""
+    schema = arrow_of(df)
+    out = conform(df, schema)
+    if key:
+        out = sorted_by_key(out, key, rows)
+    adds = data_files.write(out, uri, partition_by, ROWS_PER_FILE if key else None)
+    return commit(
+        uri, adds, schema=schema, partition_by=partition_by, props=properties(state),
+        replace=exists(uri),
+    )  # fmt: skip
+
+
+def sorted_by_key(df: DataFrame, key: list[str], rows: int | None) -> DataFrame:
+    """``df`` range-partitioned and sorted by ``key``: each file holds one key range."""
+    parts = max(1, -(-rows // ROWS_PER_FILE)) if rows is not None else None
+    ranged = df.repartitionByRange(parts, *key) if parts else df.repartitionByRange(*key)
+    return ranged.sortWithinPartitions(*key)
+
+
+def vacuum(uri: str, retention_hours: int = 168) -> list[str]:
+    """Delete the files older than ``retention_hours`` that the snapshot does not name: files
+    replaced since (time travel to their versions ends) and crashed writes' folders. Keep the
+    retention longer than any run, or a run's files written but not yet committed go too."""
+    if not exists(uri):
+        return []
+    return DeltaTable(uri).vacuum(
+        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+        full=True,
+    )  # fmt: skip

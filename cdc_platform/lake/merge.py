@@ -1,0 +1,310 @@
+"""MERGE in Spark, copy-on-write: rows change by rewriting the files that hold them.
+
+A merge reads only the files whose key range (min/max statistics of the first key column)
+holds a key of its batch, keeping each row's file (``FILE_COLUMN``); it rewrites the files
+holding a row it changes, writes new keys to new files, and commits the removes and adds in
+one commit against the version it read. Only file paths and counts reach the driver. A commit
+that loses a race (another writer removed one of its files) is retried from the start on the
+new snapshot: nothing it decided on stale rows is kept.
+"""
+
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_platform.lake import commit as C
+from cdc_platform.lake import data_files
+from cdc_platform.lake.tables import (
+    FILE_COLUMN,
+    PARTITION_COLUMN,
+    absolute_path,
+    add_actions,
+    exists,
+    read,
+)
+
+# Merge source columns: true rows replace the target row whatever the sequences (REBUILT), or
+# delete it (DROP: nothing of the key is left in the change log).
+REBUILT = "__rebuilt"
+DROP = "__drop"
+_ACTION = "__action"
+_ATTEMPTS = 3
+
+
+def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column: str) -> list[str]:
+    """Files (paths relative to the table) that may hold a row whose ``column`` is one of
+    ``keys``' values (null-safe): those whose [min, max] holds one, those holding nulls in it,
+    and those without statistics."""
+    actions = add_actions(dt)
+    if actions.num_rows == 0:
+        return []
+    low, high, nulls = f"min.{column}", f"max.{column}", f"null_count.{column}"
+    if not {low, high, nulls} <= set(actions.column_names):
+        return actions["path"].to_pylist()
+    bounds = actions.select(["path", low, high, nulls]).rename_columns(["path", "lo", "hi", "n"])
+    always = [r["path"] for r in bounds.to_pylist() if r["lo"] is None or r["hi"] is None or r["n"]]
+    known = bounds.filter(bounds["lo"].is_valid()).select(["path", "lo", "hi"])
+    if known.num_rows == 0:
+        return always
+    ranges = spark.createDataFrame(known)
+    k = keys.select(F.col(f"`{column}`").alias("__k")).where(F.col("__k").isNotNull()).distinct()
+    hit = k.join(F.broadcast(ranges), (F.col("__k") >= F.col("lo")) & (F.col("__k") <= F.col("hi")))
+    found = {r["path"] for r in hit.select("path").distinct().collect()}
+    return sorted(found | set(always))
+
+
+def _retrying(run):
+    """Run a read-decide-write-commit attempt; again on a lost commit race."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            return run()
+        except CommitFailedError:
+            if attempt == _ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _targets(spark: SparkSession, uri: str, dt: DeltaTable, keys: DataFrame, key: list[str]):
+    files = candidate_files(spark, dt, keys, key[0])
+    return read(spark, uri, only_files=[absolute_path(uri, f) for f in files], with_file=True)
+
+
+def _rewrite(
+    uri: str,
+    dt: DeltaTable,
+    rows: DataFrame,
+    rewritten: set[str],
+    key: list[str],
+    state: dict[str, Any] | None,
+    rows_hint: int,
+) -> int:
+    """Write ``rows`` (sorted by key) and commit them with the removes of ``rewritten``."""
+    schema = C.evolve(rows.sparkSession, uri, C.arrow_of(rows))
+    out = C.sorted_by_key(C.conform(rows, schema), key, rows_hint)
+    adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
+    removes = data_files.removes(add_actions(dt), rewritten)
+    return C.commit(
+        uri, adds, removes, schema=schema, read_version=dt.version(), props=C.properties(state)
+    )
+
+
+def upsert_newer(
+    spark: SparkSession,
+    uri: str,
+    data: DataFrame,
+    key: list[str],
+    sequence: str,
+    partial: str,
+    state: dict[str, Any],
+) -> dict[str, int]:
+    """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
+
+    The sequence condition makes the merge idempotent and order-insensitive: replaying a batch,
+    or a late, older batch, leaves newer rows untouched. A row whose ``partial`` column lists
+    columns updates only those (and the ``__`` bookkeeping); the rest keep their values. A row
+    whose ``REBUILT`` column is true replaces its key's row whatever the sequences; one whose
+    ``DROP`` column is true deletes it.
+    """
+    extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
+    if not exists(uri):
+        rows = data.where(~F.col(DROP)) if DROP in extra else data
+        rows = rows.drop(*extra).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            n = rows.count()
+            C.replace(rows, uri, state, key=key, rows=n)
+        finally:
+            rows.unpersist()
+        return {"num_target_rows_inserted": n, "num_target_rows_updated": 0}
+    columns = [c for c in data.columns if c not in extra]
+
+    def attempt() -> dict[str, int]:
+        dt = DeltaTable(uri)
+        target = _targets(spark, uri, dt, data, key)
+        table_columns = [c for c in target.columns if c != FILE_COLUMN]
+        s, t = data.alias("s"), target.alias("t")
+        on = [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in key]
+        joined = s.join(t, on, "full_outer")
+        in_s, in_t = F.col(f"s.`{key[0]}`").isNotNull(), F.col(f"t.{FILE_COLUMN}").isNotNull()
+        newer = F.col(f"s.`{sequence}`") > F.col(f"t.`{sequence}`")
+        if REBUILT in extra:
+            newer = newer | F.col(f"s.`{REBUILT}`")
+        dropped = F.col(f"s.`{DROP}`") if DROP in extra else F.lit(False)
+        part = F.col(f"s.`{partial}`") if partial in extra else F.lit(None).cast("array<string>")
+        action = (
+            F.when(~in_s, "keep")
+            .when(~in_t, F.when(dropped, "none").otherwise("insert"))
+            .when(dropped, "delete")
+            .when(newer & part.isNull(), "full")
+            .when(newer, "partial")
+            .otherwise("keep")
+        )
+
+        def value(c: str) -> Column:
+            mine = F.col(f"s.`{c}`") if c in columns else F.lit(None)
+            theirs = F.col(f"t.`{c}`") if c in table_columns else F.lit(None)
+            if c in key:
+                return F.coalesce(F.col(f"s.`{c}`"), F.col(f"t.`{c}`")).alias(c)
+            carried = mine if c.startswith("__") else F.when(F.array_contains(part, c), mine)
+            if not c.startswith("__"):
+                carried = carried.otherwise(theirs)
+            return (
+                F.when(action.isin("insert", "full"), mine)
+                .when(action == "partial", carried)
+                .otherwise(theirs)
+                .alias(c)
+            )
+
+        names = table_columns + [c for c in columns if c not in table_columns]
+        out = joined.select(
+            *[value(c) for c in names], F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
+            action.alias(_ACTION),
+        )  # fmt: skip
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            per_file = (
+                out.groupBy(FILE_COLUMN)
+                .agg(
+                    F.count("*").alias("rows"),
+                    F.count_if(F.col(_ACTION) == "insert").alias("inserted"),
+                    F.count_if(F.col(_ACTION).isin("full", "partial")).alias("updated"),
+                    F.count_if(F.col(_ACTION) == "delete").alias("deleted"),
+                )
+                .collect()
+            )
+            inserted = sum(r["inserted"] for r in per_file)
+            updated = sum(r["updated"] for r in per_file)
+            deleted = sum(r["deleted"] for r in per_file)
+            rewritten = {
+                r[FILE_COLUMN]
+                for r in per_file
+                if r[FILE_COLUMN] is not None and r["updated"] + r["deleted"]
+            }
+            kept = sum(r["rows"] - r["deleted"] for r in per_file if r[FILE_COLUMN] in rewritten)
+            rows = out.where(
+                (F.col(_ACTION) == "insert")
+                | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
+            ).drop(FILE_COLUMN, _ACTION)
+            if inserted or rewritten:
+                _rewrite(uri, dt, rows, rewritten, key, state, inserted + kept)
+            else:
+                C.record_state(uri, state)
+        finally:
+            out.unpersist()
+        return {
+            "num_target_rows_inserted": inserted,
+            "num_target_rows_updated": updated,
+            "num_target_rows_deleted": deleted,
+        }
+
+    return _retrying(attempt)
+
+
+def replace_keys(
+    spark: SparkSession,
+    uri: str,
+    rows: DataFrame,
+    keys: DataFrame,
+    key: list[str],
+    state: dict[str, Any] | None,
+) -> tuple[int, int]:
+    """Replace every row whose ``key`` is one of ``keys`` (a frame of key columns; null-safe)
+    by ``rows``, in one commit recording ``state``; a new table is created from ``rows``.
+    Returns (rows written, rows of those keys replaced)."""
+    if not exists(uri):
+        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            n = rows.count()
+            C.replace(rows, uri, state, rows=n)
+        finally:
+            rows.unpersist()
+        return n, 0
+    wanted = keys.select(*[F.col(f"`{k}`") for k in key]).distinct()
+    wanted = wanted.withColumn("__hit", F.lit(True))
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    inserted = rows.count()
+
+    def attempt() -> tuple[int, int]:
+        dt = DeltaTable(uri)
+        target = _targets(spark, uri, dt, keys, key)
+        on = [target[f"`{k}`"].eqNullSafe(wanted[f"`{k}`"]) for k in key]
+        marked = target.join(wanted, on, "left").select(
+            target["*"], F.coalesce(F.col("__hit"), F.lit(False)).alias("__hit")
+        )
+        marked = marked.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            per_file = (
+                marked.groupBy(FILE_COLUMN)
+                .agg(F.count("*").alias("rows"), F.count_if("__hit").alias("hits"))
+                .collect()
+            )
+            rewritten = {r[FILE_COLUMN] for r in per_file if r["hits"]}
+            removed = sum(r["hits"] for r in per_file)
+            kept = sum(r["rows"] - r["hits"] for r in per_file if r[FILE_COLUMN] in rewritten)
+            survivors = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
+            out = survivors.drop(FILE_COLUMN, "__hit").unionByName(rows, allowMissingColumns=True)
+            _rewrite(uri, dt, out, rewritten, key, state, inserted + kept)
+        finally:
+            marked.unpersist()
+        return inserted, removed
+
+    try:
+        return _retrying(attempt)
+    finally:
+        rows.unpersist()
+
+
+def delete_rows(
+    spark: SparkSession,
+    uri: str,
+    condition: Column,
+    state: dict[str, Any] | None = None,
+    only_dates: list[str] | None = None,
+) -> int:
+    """Delete the rows matching ``condition`` by rewriting the files that hold one (only the
+    files of the ``ingest_date`` partitions ``only_dates`` are read, when given); returns rows
+    deleted. Records ``state`` (when given) even when nothing matched."""
+    if not exists(uri):
+        return 0
+
+    def attempt() -> int:
+        dt = DeltaTable(uri)
+        actions = add_actions(dt)
+        relative = actions["path"].to_pylist()
+        if only_dates is not None and actions.num_rows:
+            dates = actions[f"partition.{PARTITION_COLUMN}"].to_pylist()
+            relative = [p for p, d in zip(relative, dates, strict=True) if str(d) in only_dates]
+        paths = [absolute_path(uri, f) for f in relative]
+        target = read(spark, uri, only_files=paths, with_file=True)
+        marked = target.withColumn("__hit", F.coalesce(condition, F.lit(False))).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            per_file = (
+                marked.groupBy(FILE_COLUMN)
+                .agg(F.count("*").alias("rows"), F.count_if("__hit").alias("hits"))
+                .collect()
+            )
+            rewritten = {r[FILE_COLUMN] for r in per_file if r["hits"]}
+            deleted = sum(r["hits"] for r in per_file)
+            if rewritten:
+                keep = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
+                schema = pa.schema(dt.schema())
+                out = C.conform(keep, schema)
+                adds = data_files.write(out, uri, dt.metadata().partition_columns)
+                removes = data_files.removes(add_actions(dt), rewritten)
+                C.commit(
+                    uri, adds, removes, schema=schema, read_version=dt.version(),
+                    props=C.properties(state),
+                )  # fmt: skip
+            elif state is not None:
+                C.record_state(uri, state)
+        finally:
+            marked.unpersist()
+        return deleted
+
+    return _retrying(attempt)

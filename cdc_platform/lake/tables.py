@@ -1,0 +1,238 @@
+"""Where the tables are and what they hold: paths, Spark reads, and facts of a snapshot taken
+from the Delta log (versions, files, statistics, our commit metadata), with no data read.
+
+The asset key path ``[layer, source, table]`` is the table's path under the warehouse.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
+
+RAW = "raw"
+CHANGELOG = "changelog"
+CURRENT = "current"
+QUARANTINE = "quarantine"
+DDL = "ddl"
+HISTORY = "history"
+CONTROL = "control"
+LAYERS = (RAW, CHANGELOG, CURRENT, QUARANTINE, HISTORY, DDL, CONTROL)
+# Model tables live at <warehouse>/models/<name>, like their asset keys ["models", <name>].
+MODELS = "models"
+PARTITION_COLUMN = "ingest_date"
+# Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
+# unknown table properties), so state and data change in one atomic commit.
+STATE_KEY = "cdc.state"
+# The column ``read(..., with_file=True)`` adds: the data file each row comes from.
+FILE_COLUMN = "__file"
+
+
+def key_path(layer: str, source: str, table: str | None = None) -> list[str]:
+    """The asset key path of a table, which is also its path under the warehouse."""
+    return [layer, source] if table is None else [layer, source, table]
+
+
+def table_uri(warehouse: Path, layer: str, source: str, table: str | None = None) -> str:
+    return str(Path(warehouse, *key_path(layer, source, table)))
+
+
+def tables_under(warehouse: Path, layer: str, source: str) -> list[str]:
+    """URIs of the Delta tables of one source in one layer, by name."""
+    folder = Path(warehouse, layer, source)
+    if not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.iterdir() if exists(str(p)))
+
+
+def exists(uri: str) -> bool:
+    return DeltaTable.is_deltatable(uri)
+
+
+def version(uri: str) -> int | None:
+    return DeltaTable(uri).version() if exists(uri) else None
+
+
+def files(uri: str, at_version: int | None = None) -> list[str]:
+    if not exists(uri):
+        return []
+    return DeltaTable(uri, version=at_version).file_uris()
+
+
+def arrow_schema(uri: str) -> pa.Schema:
+    return pa.schema(DeltaTable(uri).schema())
+
+
+def add_actions(dt: DeltaTable) -> pa.Table:
+    """The snapshot's data files: ``path`` (relative), ``size_bytes``, ``num_records``,
+    ``partition.<col>``, ``min.<col>``/``max.<col>`` statistics."""
+    return pa.table(dt.get_add_actions(flatten=True))
+
+
+def absolute_path(uri: str, relative: str) -> str:
+    """A data file's absolute path from its path in the log (relative to the table)."""
+    return os.path.join(os.path.abspath(uri), unquote(relative))
+
+
+def relative_path(uri: str, file: str) -> str:
+    """A data file's path relative to the table (as in the log), from an absolute path or URI
+    (``file:///...``, what Spark's ``_metadata.file_path`` gives)."""
+    absolute = unquote(urlparse(file).path) if file.startswith("file:") else file
+    return os.path.relpath(absolute, os.path.abspath(uri))
+
+
+def read(
+    spark: SparkSession, uri: str, only_files: list[str] | None = None, with_file: bool = False
+) -> DataFrame | None:
+    """The table's snapshot (or just ``only_files`` of it) as a Spark DataFrame; None if absent.
+    ``with_file``: also ``FILE_COLUMN``, the path (relative to the table) each row comes from."""
+    if not exists(uri):
+        return None
+    dt = DeltaTable(uri)
+    arrow = pa.schema(dt.schema())
+    schema = from_arrow_schema(arrow)
+    paths = dt.file_uris() if only_files is None else only_files
+    if not paths:
+        empty = spark.createDataFrame([], schema)
+        return empty.withColumn(FILE_COLUMN, F.lit(None).cast("string")) if with_file else empty
+    partition_columns = dt.metadata().partition_columns
+    df = spark.read.option("basePath", uri).option("mergeSchema", "true").parquet(*paths)
+    # Partition values live in the paths; cast them back and restore the table's column order
+    # (files written before a schema change lack the newer columns).
+    present = set(df.columns)  # once: on Spark Connect each call is a round trip
+    for field in schema.fields:
+        if field.name in partition_columns:
+            df = df.withColumn(field.name, F.col(field.name).cast(field.dataType))
+        elif field.name not in present:
+            df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
+    columns = [F.col(f"`{f.name}`") for f in schema.fields]
+    if with_file:
+        # Spark gives a file:// URI; the log holds paths relative to the table.
+        root = "file:" + os.path.abspath(uri) + "/"
+        relative = F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", "file:")
+        columns.append(F.url_decode(F.replace(relative, F.lit(root), F.lit(""))).alias(FILE_COLUMN))
+    return df.select(*columns)
+
+
+def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
+    """The table's snapshot as Arrow, without Spark (small tables: tests, previews); None if
+    absent."""
+    return DeltaTable(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
+
+
+def state(uri: str) -> dict[str, Any]:
+    """The newest ``cdc.state`` commit metadata of a table ({} if none)."""
+    if not exists(uri):
+        return {}
+    for commit in DeltaTable(uri).history():
+        if STATE_KEY in commit:
+            return json.loads(commit[STATE_KEY])
+    return {}
+
+
+def image_types(uri: str) -> dict[str, str]:
+    """Spark SQL types of a change-log table's image columns (its ``after`` struct)."""
+    after = arrow_schema(uri).field("after").type
+    return {f.name: from_arrow_type(f.type).simpleString() for f in after}
+
+
+def describe(uri: str) -> dict[str, Any]:
+    """Version, file count and Arrow schema of a table, for materialization metadata."""
+    dt = DeltaTable(uri)
+    return {"version": dt.version(), "files": len(dt.file_uris()), "schema": pa.schema(dt.schema())}
+
+
+def quoted(name: str) -> str:
+    """A column name quoted for delta-rs predicates."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+# --- what changed between versions ---
+
+
+def files_between(uri: str, after: int | None, upto: int) -> list[str]:
+    """Files of version ``upto`` that version ``after`` did not have (all when ``after`` is
+    None). Raw is append-only for Kafka sources, so these are the batches in between."""
+    files_upto = files(uri, upto)
+    if after is None:
+        return files_upto
+    before = set(files(uri, after))
+    return [f for f in files_upto if f not in before]
+
+
+def files_added_since(uri: str, since_version: int) -> list[str] | None:
+    """Files in the snapshot that were not in version ``since_version`` (None: that version is
+    gone, e.g. vacuumed; the caller then reads everything)."""
+    try:
+        return files_between(uri, since_version, version(uri))
+    except Exception:  # delta-rs raises its own error types for a missing version
+        return None
+
+
+def files_removed_since(uri: str, since_version: int) -> list[str] | None:
+    """Files version ``since_version`` had that the snapshot no longer has (a replaced
+    partition's), still on disk so their rows can be read; None when that version or one of
+    those files is gone (vacuumed)."""
+    try:
+        before = files(uri, since_version)
+    except Exception:  # delta-rs raises its own error types for a missing version
+        return None
+    now = set(files(uri))
+    removed = [f for f in before if f not in now]
+    if any("://" not in f and not Path(f).exists() for f in removed):
+        return None
+    return removed
+
+
+def files_changed_since(uri: str, since_version: int) -> list[str] | None:
+    """Files added since version ``since_version`` and files removed since then (still on disk,
+    so their rows can be read); None when that version or a removed file is gone (vacuumed)."""
+    try:
+        before = set(DeltaTable(uri, version=since_version).file_uris())
+    except Exception:  # delta-rs raises its own error types for a missing version
+        return None
+    now = set(DeltaTable(uri).file_uris())
+    removed = before - now
+    if any("://" not in f and not Path(f).exists() for f in removed):
+        return None
+    return sorted((now - before) | removed)
+
+
+# --- statistics ---
+
+
+def max_stat(uri: str, column: str, at_version: int | None = None) -> Any:
+    """The largest value of ``column`` from the files' statistics (no data read); None when the
+    table is absent or empty, or no file has statistics for it."""
+    if not exists(uri):
+        return None
+    actions = add_actions(DeltaTable(uri, version=at_version))
+    name = f"max.{column}"
+    return pc.max(actions[name]).as_py() if name in actions.column_names else None
+
+
+def row_count(uri: str) -> int:
+    """Rows in the table's snapshot, from the file statistics (reads no data)."""
+    if not exists(uri):
+        return 0
+    return int(sum(DeltaTable(uri).get_add_actions(flatten=True)["num_records"].to_pylist()))
+
+
+def partition_row_counts(uri: str) -> dict[str, int]:
+    """Rows per ``ingest_date`` partition of the table's snapshot (ISO date -> rows), from the
+    file statistics (reads no data); empty when the table does not exist."""
+    if not exists(uri):
+        return {}
+    actions = DeltaTable(uri).get_add_actions(flatten=True)
+    dates = actions[f"partition.{PARTITION_COLUMN}"].to_pylist()
+    counts: dict[str, int] = {}
+    for date, rows in zip(dates, actions["num_records"].to_pylist(), strict=True):
+        counts[str(date)] = counts.get(str(date), 0) + int(rows)
+    return counts
