@@ -204,6 +204,20 @@ def upsert_newer(
     return _retrying(attempt)
 
 
+def _hits(marked: DataFrame) -> tuple[set[str], int, int]:
+    """Of rows flagged ``__hit`` (one aggregate, a row per file): the files holding a hit, the
+    hits, and the rows those files keep."""
+    per_file = (
+        marked.groupBy(FILE_COLUMN)
+        .agg(F.count("*").alias("rows"), F.count_if("__hit").alias("hits"))
+        .collect()
+    )
+    rewritten = {r[FILE_COLUMN] for r in per_file if r["hits"]}
+    hits = sum(r["hits"] for r in per_file)
+    kept = sum(r["rows"] - r["hits"] for r in per_file if r[FILE_COLUMN] in rewritten)
+    return rewritten, hits, kept
+
+
 def replace_keys(
     spark: SparkSession,
     uri: str,
@@ -237,14 +251,7 @@ def replace_keys(
         )
         marked = marked.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            per_file = (
-                marked.groupBy(FILE_COLUMN)
-                .agg(F.count("*").alias("rows"), F.count_if("__hit").alias("hits"))
-                .collect()
-            )
-            rewritten = {r[FILE_COLUMN] for r in per_file if r["hits"]}
-            removed = sum(r["hits"] for r in per_file)
-            kept = sum(r["rows"] - r["hits"] for r in per_file if r[FILE_COLUMN] in rewritten)
+            rewritten, removed, kept = _hits(marked)
             survivors = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
             out = survivors.drop(FILE_COLUMN, "__hit").unionByName(rows, allowMissingColumns=True)
             _rewrite(uri, dt, out, rewritten, key, state, inserted + kept)
@@ -284,13 +291,7 @@ def delete_rows(
             StorageLevel.MEMORY_AND_DISK
         )
         try:
-            per_file = (
-                marked.groupBy(FILE_COLUMN)
-                .agg(F.count("*").alias("rows"), F.count_if("__hit").alias("hits"))
-                .collect()
-            )
-            rewritten = {r[FILE_COLUMN] for r in per_file if r["hits"]}
-            deleted = sum(r["hits"] for r in per_file)
+            rewritten, deleted, _ = _hits(marked)
             if rewritten:
                 keep = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
                 schema = pa.schema(dt.schema())
