@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -79,13 +79,6 @@ def add_actions(dt: DeltaTable) -> pa.Table:
 def absolute_path(uri: str, relative: str) -> str:
     """A data file's absolute path from its path in the log (relative to the table)."""
     return os.path.join(os.path.abspath(uri), unquote(relative))
-
-
-def relative_path(uri: str, file: str) -> str:
-    """A data file's path relative to the table (as in the log), from an absolute path or URI
-    (``file:///...``, what Spark's ``_metadata.file_path`` gives)."""
-    absolute = unquote(urlparse(file).path) if file.startswith("file:") else file
-    return os.path.relpath(absolute, os.path.abspath(uri))
 
 
 def read(
