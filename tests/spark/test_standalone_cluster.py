@@ -9,6 +9,7 @@ interpreter for their Python workers. All of them see the same warehouse folder:
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,6 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_platform.broker import free_port
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.spark.session import ensure_java
 from cdc_platform.steps.merge import current_rows
@@ -112,16 +112,28 @@ def _master_state(webui: int) -> dict:
         return json.load(response)
 
 
+def _master_ports(procs: list[subprocess.Popen], logs: Path) -> tuple[int, int]:
+    """(RPC port, web UI port) the master bound: it is started on port 0 for both, so no other
+    process can take them between our choosing and its binding; its log names them."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert procs[0].poll() is None, _tails(logs)
+        log = (logs / "master.log").read_text()
+        rpc = re.search(r"Starting Spark master at spark://[^:]+:(\d+)", log)
+        webui = re.search(r"Bound MasterWebUI to .*started at http://[^:]+:(\d+)", log)
+        if rpc and webui:
+            return int(rpc[1]), int(webui[1])
+        time.sleep(0.5)
+    raise AssertionError(f"the master did not start in 180 s: {_tails(logs)}")
+
+
 def _wait_for_workers(webui: int, procs: list[subprocess.Popen], logs: Path, n: int) -> None:
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         for proc in procs:
             assert proc.poll() is None, _tails(logs)
-        try:
-            if _master_state(webui)["aliveworkers"] == n:
-                return
-        except OSError:
-            pass  # the web UI is not up yet
+        if _master_state(webui)["aliveworkers"] == n:
+            return
         time.sleep(0.5)
     raise AssertionError(f"no {n} workers registered after 180 s: {_tails(logs)}")
 
@@ -133,7 +145,7 @@ def _tails(logs: Path) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """(spark://127.0.0.1:PORT, web UI port) of a standalone master with two workers of one core
-    and 1 GB each, all on free loopback ports; every process group stopped at the end."""
+    and 1 GB each, on loopback ports the OS picks; every process group stopped at the end."""
     scratch = tmp_path_factory.mktemp("standalone")
     logs = scratch / "logs"
     logs.mkdir()
@@ -147,15 +159,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
         "PYSPARK_PYTHON": sys.executable,
         "JAVA_TOOL_OPTIONS": JVM_OPTIONS,  # the daemons and the executors the workers start
     }
-    port, webui = free_port(), free_port()
-    url = f"spark://127.0.0.1:{port}"
     master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-    master += ["--port", str(port), "--webui-port", str(webui)]
+    master += ["--port", "0", "--webui-port", "0"]
     procs = [_start([str(SPARK_CLASS), *master], env, logs / "master.log")]
     try:
+        port, webui = _master_ports(procs, logs)
+        url = f"spark://127.0.0.1:{port}"
         for i in (1, 2):
             worker = ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
-            worker += ["--webui-port", str(free_port()), "--cores", "1", "--memory", "1g"]
+            worker += ["--webui-port", "0", "--cores", "1", "--memory", "1g"]
             worker += ["--work-dir", str(scratch / f"work{i}"), url]  # executors' logs there
             procs.append(_start([str(SPARK_CLASS), *worker], env, logs / f"worker{i}.log"))
         _wait_for_workers(webui, procs, logs, 2)
