@@ -1,12 +1,22 @@
 """Throughput per wire format: one logical change stream, encoded in each format, replayed.
 
 Generates one change stream (inserts, updates, about 10% deletes; columns id int, name string,
-amount double, updated_at bigint; fixed seed), writes it in every format to its own landing file
-(not timed), then in one process and one SparkSession times raw ingest, normalize and merge per
-format into a fresh warehouse, and checks the current table against the stream's final state (row
-count and a checksum of (id, name, amount)). Finally ``--format auto`` on the Debezium file.
+amount double, updated_at bigint; fixed seed) and writes it in every format to its own landing
+file (not timed). Then, in one process and one SparkSession:
+
+- **parse**: each format's landing file ingested to raw (not timed), then its raw rows parsed by
+  the named format and by ``auto``, every parsed column computed (a ``noop`` write), ``--reps``
+  times each, alternating. Reported: events per CPU second (this process and its descendants:
+  the Spark JVM and its Python workers, so the figure is per core and hardly moved by other work
+  on the machine), wall seconds, and the ratio of auto's CPU time to the named format's. Both
+  must parse every message into the same records (kinds and row changes counted).
+- **pipeline** (``--no-pipeline`` skips it): raw ingest, normalize and merge per format into a
+  fresh warehouse, with the format named and then with ``auto`` on the same file, the current
+  table checked against the stream's final state (row count and a checksum of (id, name,
+  amount)). Wall and CPU seconds, events/s (wall) and per core (CPU), and auto/named CPU.
 
     .venv/bin/python bench/formats.py [--events N] [--keys K] [--out DIR] [--formats a,b]
+                                      [--reps R] [--no-pipeline]
 """
 
 import argparse
@@ -23,7 +33,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import fastavro
+from throughput import cpu_seconds  # bench/ is the script's folder, on sys.path
 
+from cdc_platform import formats as registry
+from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import dts_avro
 from cdc_platform.spark.session import get_spark
@@ -258,6 +271,7 @@ def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> di
     shutil.rmtree(warehouse, ignore_errors=True)
     source = SourceConfig(name=SOURCE, format=fmt)
     t: dict[str, float] = {}
+    cpu = cpu_seconds()
     start = time.perf_counter()
     ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
     t["ingest"] = time.perf_counter() - start
@@ -270,6 +284,7 @@ def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> di
     for table in result.tables:
         merge_current(spark, warehouse, SOURCE, table)
     t["merge"] = time.perf_counter() - start
+    t["cpu"] = cpu_seconds() - cpu
     got: tuple[int, int] = (0, 0)
     if len(result.tables) == 1:
         cur = current_rows(spark, warehouse, SOURCE, next(iter(result.tables)))
@@ -282,12 +297,73 @@ def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> di
     return {**t, "check": ("OK" if ok else "MISMATCH") + note}
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _parsed(raw, parser: str):
+    return registry.parser_for(parser).parse(raw, {})
+
+
+def _summary(raw, parser: str) -> dict:
+    """What a parse produced: records per kind and source format (untimed)."""
+    rows = _parsed(raw, parser).groupBy("kind", "source_format").count().collect()
+    return {(r["kind"], r["source_format"]): r["count"] for r in rows}
+
+
+def parse_stage(spark, out: Path, fmt: str, path: Path, reps: int) -> dict:
+    """Parse the raw rows of ``fmt``'s landing file with ``fmt`` and with ``auto``: the median
+    wall and CPU seconds of ``reps`` alternating runs each, and whether both agree."""
+    warehouse = out / f"warehouse-parse-{fmt}"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
+    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, SOURCE))
+    times: dict[str, list[tuple[float, float]]] = {fmt: [], "auto": []}
+    for _ in range(reps):
+        for parser in (fmt, "auto"):
+            start, cpu = time.perf_counter(), cpu_seconds()
+            _parsed(raw, parser).write.format("noop").mode("overwrite").save()
+            times[parser].append((time.perf_counter() - start, cpu_seconds() - cpu))
+    named, auto = _summary(raw, fmt), _summary(raw, "auto")
+    errors = sum(n for (kind, _), n in named.items() if kind == "error")
+    check = "OK" if named == auto and not errors else f"DIFFER: {fmt} {named} auto {auto}"
+    result = {"check": check}
+    for parser, label in ((fmt, "named"), ("auto", "auto")):
+        result[label] = {
+            "wall": _median([w for w, _ in times[parser]]),
+            "cpu": _median([c for _, c in times[parser]]),
+        }
+    return result
+
+
+def print_parse_table(results: dict[str, dict], events: int) -> None:
+    print(
+        "\n| format | events | named CPU s | named events/s/core | auto CPU s | "
+        "auto events/s/core | auto/named CPU | named wall s | auto wall s | check |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for fmt, r in results.items():
+        n, a = r["named"], r["auto"]
+        print(f"| {fmt} | {events:,} | {n['cpu']:.1f} | {events / n['cpu']:,.0f} | "
+              f"{a['cpu']:.1f} | {events / a['cpu']:,.0f} | {a['cpu'] / n['cpu']:.2f} | "
+              f"{n['wall']:.1f} | {a['wall']:.1f} | {r['check']} |")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--out", type=Path, default=None, help="default: a new temp dir under /tmp")
     ap.add_argument("--formats", default=",".join(ENCODERS), help="comma list")
+    ap.add_argument("--reps", type=int, default=3, help="parse runs per format and parser")
+    ap.add_argument(
+        "--pipeline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time ingest, normalize and merge per format",
+    )
     args = ap.parse_args()
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     unknown = [f for f in formats if f not in ENCODERS]
@@ -315,24 +391,42 @@ def main() -> None:
     warm = run(spark, out / "warmup", first, small, (0, 0))["total"]
     print(f"warm-up ({first}, 1,000 events, not reported): {warm:.1f} s")
 
-    runs = [(fmt, fmt) for fmt in formats]
-    if "debezium" in formats:
-        runs.append(("auto (debezium file)", "auto"))
-    rows = []
-    for label, fmt in runs:
-        path = paths["debezium" if fmt == "auto" else fmt]
-        r = run(spark, out, fmt, path, expected)
-        rows.append((label, r))
-        print(f"  {label}: {r['total']:.1f} s, {r['check']}", flush=True)
+    print(f"\nparse: {args.reps} runs each of the named format and auto, medians")
+    parsed = {}
+    for fmt in formats:
+        small = encode(fmt, events[:1000], out / "warmup")
+        parse_stage(spark, out / "warmup", fmt, small, 1)  # compiles the plans: not reported
+        parsed[fmt] = r = parse_stage(spark, out, fmt, paths[fmt], args.reps)
+        print(f"  {fmt}: {r['named']['cpu']:.1f} s CPU, auto {r['auto']['cpu']:.1f} s CPU, "
+              f"{r['check']}", flush=True)  # fmt: skip
+    print_parse_table(parsed, args.events)
+    print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if not args.pipeline:
+        if any(r["check"] != "OK" for r in parsed.values()):
+            raise SystemExit(1)
+        return
 
-    print("\n| format | events | ingest s | normalize s | merge s | total s | events/s | check |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for label, r in rows:
+    print("\npipeline: each format's file replayed with the format named, then with auto")
+    rows = []
+    for fmt in formats:
+        for label, parser in ((fmt, fmt), (f"auto ({fmt} file)", "auto")):
+            r = run(spark, out, parser, paths[fmt], expected)
+            rows.append((label, r))
+            print(f"  {label}: {r['total']:.1f} s, {r['cpu']:.1f} s CPU, {r['check']}", flush=True)
+
+    print("\n| format | events | ingest s | normalize s | merge s | total s | CPU s | events/s | "
+          "events/s/core | auto/named CPU | check |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for i, (label, r) in enumerate(rows):
+        ratio = f"{r['cpu'] / rows[i - 1][1]['cpu']:.2f}" if i % 2 else ""
         print(f"| {label} | {args.events:,} | {r['ingest']:.1f} | {r['normalize']:.1f} | "
-              f"{r['merge']:.1f} | {r['total']:.1f} | {args.events / r['total']:,.0f} | "
+              f"{r['merge']:.1f} | {r['total']:.1f} | {r['cpu']:.1f} | "
+              f"{args.events / r['total']:,.0f} | {args.events / r['cpu']:,.0f} | {ratio} | "
               f"{r['check']} |")  # fmt: skip
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if any(not r["check"].startswith("OK") for _, r in rows):
+    if any(not r["check"].startswith("OK") for _, r in rows) or any(
+        r["check"] != "OK" for r in parsed.values()
+    ):
         raise SystemExit(1)
 
 

@@ -44,6 +44,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.formats.contract import Options
 
@@ -57,23 +58,9 @@ _CONTROL_TYPES = ("GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "HEARTBEAT", "
 _ROWS = "array<map<string,string>>"
 _BINARY_TYPE = r"^\s*((tiny|medium|long)?blob|(var)?binary)\b"
 _ORDERED = "struct<data:array<map<string,string>>,old:array<map<string,string>>,mysqlType:string>"
-_TEMP = ("_v", "_o", "_mysql_type", "_type", "_object", "_new", "_prev", "_sql", "_is_ddl",
-         "_table", "_kind", "_reason", "_truncate", "_database", "_pk", "_ms", "_gtid", "_rows",
-         "_pos", "_row")  # fmt: skip
-
-
-def _overlay(base: Column, changes: Column) -> Column:
-    """``base`` with the entries of ``changes`` replacing (or adding) values, in column order."""
-    keys = F.array_union(F.map_keys(base), F.map_keys(changes))
-    changed = F.map_keys(changes)
-    values = F.transform(
-        keys, lambda k: F.when(F.array_contains(changed, k), changes[k]).otherwise(base[k])
-    )
-    return (
-        F.when(changes.isNull(), base)
-        .when(base.isNull(), changes)
-        .otherwise(F.map_from_arrays(keys, values))
-    )
+_TEMP = (J.VARIANT, J.ORDERED, "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
+         "_is_ddl", "_table", "_kind", "_reason", "_truncate", "_database", "_pk", "_ms", "_gtid",
+         "_rows", "_pos", "_row")  # fmt: skip
 
 
 def _exact_rows(exact: Column, ordered: Column) -> Column:
@@ -117,26 +104,17 @@ def _latin1_to_base64(rows: Column, binary: Column) -> Column:
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
     legacy = options.get("canal.convention", "current") == "legacy"
-    text = F.col("value").cast("string")
-    # A variant keeps every JSON number's exact text (from_json rounds it through a double);
-    # from_json keeps the columns in wire order. Duplicate keys make a message invalid.
-    df = raw.select(
-        "*",
-        F.try_parse_json(text).alias("_v"),
-        F.from_json(text, _ORDERED).alias("_o"),
-    )
-
-    def get(path: str, type_: str = "string") -> Column:
-        return F.try_variant_get(F.col("_v"), path, type_)
-
+    # Exact numbers from the variant, the rows' columns in wire order from _ORDERED.
+    df = J.read_exact(raw, _ORDERED)
+    get = J.field
     binary = _binary_columns(get("$.mysqlType", "map<string,string>"))
-    data = _latin1_to_base64(_exact_rows(get("$.data", _ROWS), F.col("_o.data")), binary)
-    old = _latin1_to_base64(_exact_rows(get("$.old", _ROWS), F.col("_o.old")), binary)
+    data = _latin1_to_base64(_exact_rows(get("$.data", _ROWS), J.ordered("data")), binary)
+    old = _latin1_to_base64(_exact_rows(get("$.old", _ROWS), J.ordered("old")), binary)
     df = df.select(
         "*",
         F.upper(F.trim(get("$.type"))).alias("_type"),
-        F.col("_o.mysqlType").alias("_mysql_type"),  # JSON text in wire order
-        get("$", "map<string,variant>").isNotNull().alias("_object"),
+        J.ordered("mysqlType").alias("_mysql_type"),  # JSON text in wire order
+        J.is_object().alias("_object"),
         # Where the convention puts the new values and the previous ones.
         (old if legacy else data).alias("_new"),
         (data if legacy else old).alias("_prev"),
@@ -156,7 +134,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     rows = F.when(typ == "UPDATE", new).otherwise(F.coalesce(new, prev))
     given = get("$.data").isNotNull() | get("$.old").isNotNull()  # JSON null: not given
     reason = (
-        F.when(~F.col("_object"), F.lit("invalid JSON: not a JSON object"))
+        F.when(~F.col("_object"), F.lit(J.NOT_AN_OBJECT))
         .when(truncate & table.isNull(), F.lit("TRUNCATE without a table"))
         .when(truncate | is_ddl | typ.isin(*_DDL_TYPES, *_CONTROL_TYPES), F.lit(None))
         .when(typ.isNull(), F.lit("not a Canal message: no 'type' field"))
@@ -217,8 +195,8 @@ def _records(df: DataFrame, legacy: bool) -> DataFrame:
         op = op.when(typ == name, F.lit(code))
     # The new row of an update is complete in the current convention; in the legacy one `old`
     # may list only the changed columns, so the previous row fills the others.
-    after_update = _overlay(prev, row) if legacy else row
-    before = F.when(typ == "DELETE", row).when(typ == "UPDATE", _overlay(row, prev))
+    after_update = J.overlay(prev, row) if legacy else row
+    before = F.when(typ == "DELETE", row).when(typ == "UPDATE", J.overlay(row, prev))
     after = F.when(typ.isin("INSERT", "INIT"), row).when(typ == "UPDATE", after_update)
     row_index = F.lpad(F.coalesce(pos, F.lit(0)).cast("string"), 10, "0")
     return df.select(
@@ -295,8 +273,6 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
 def claims(keys: Column, value: Column) -> Column:
     """A Canal flat message (a DML message, or a DDL message such as DTS's, without ``data``)."""
 
-    def has(k: str) -> Column:
-        return F.array_contains(keys, k)
-
+    has = J.key_test(keys)
     dml = has("data") & has("type") & (has("pkNames") | has("isDdl") | has("mysqlType"))
     return dml | (has("isDdl") & has("sql") & has("type"))

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.formats.contract import Options
 from cdc_platform.formats.dataworks import (
@@ -177,4 +178,5 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
 
 def claims(keys: Column, value: Column) -> Column:
     """A JSON object with the DataHub Tuple meta columns."""
-    return F.array_contains(keys, OPERATION) & F.array_contains(keys, SEQUENCE_ID)
+    has = J.key_test(keys)
+    return has(OPERATION) & has(SEQUENCE_ID)

@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import STRING, ColumnSpec
 from cdc_platform.formats.contract import Options
 
@@ -79,10 +80,8 @@ _TOP = T.StructType(
     [
         T.StructField("schema", _SCHEMA),
         T.StructField("payload", _PAYLOAD),
-        T.StructField("_corrupt", _S),
     ]
 )
-_JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
 
 # op -> canonical op, for the messages that change rows.
 CHANGE_OPS = {
@@ -181,23 +180,12 @@ def row_id_key(image: Column, columns: tuple[str, ...] = ROW_ID_COLUMNS) -> Colu
     return key
 
 
-def invalid_json_reason(text: Column, corrupt: Column, what: str) -> Column:
-    """Why a message that from_json could not read is unusable (null if it was read)."""
-    return F.when(
-        corrupt & F.json_object_keys(text).isNull(), F.lit("invalid JSON: not a JSON object")
-    ).when(
-        corrupt,
-        F.lit(f"not a {what} message: unexpected JSON structure (a field of the wrong type)"),
-    )
-
-
 # --- the format ------------------------------------------------------------------------------
 
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    text = F.col("value").cast("string")
-    top = F.from_json(text, _TOP, _JSON_OPTIONS)
+    top = J.read_struct(_TOP)
     p = F.col("_top.payload")
     src = F.col("_top.schema.source")
     op = p.op
@@ -209,7 +197,9 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     table = src.tableName
     # Halves pair on an incremental sequence id (full-load ids are all -1).
     usable = (
-        table.isNotNull() & (F.col("_seq") != FULL_LOAD_SEQUENCE) & F.col("_top._corrupt").isNull()
+        table.isNotNull()
+        & (F.col("_seq") != FULL_LOAD_SEQUENCE)
+        & F.col("_top")[J.CORRUPT].isNull()
     )
     before_half = F.coalesce(
         op.isin(*UPDATE_BEFORE_OPS) & usable & before.isNotNull(), F.lit(False)
@@ -223,8 +213,9 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     row_op = op.isin(*CHANGE_OPS) | is_before_op
     seq_text = F.coalesce(p.sequenceId, F.lit("null"))
     reason = (
-        invalid_json_reason(
-            text, F.col("_top").isNull() | F.col("_top._corrupt").isNotNull(), "DataWorks"
+        J.unreadable_reason(
+            J.corrupt(F.col("_top")),
+            "not a DataWorks message: unexpected JSON structure (a field of the wrong type)",
         )
         .when(p.isNull() | op.isNull(), F.lit("not a DataWorks message: no payload.op"))
         .when(
@@ -344,9 +335,10 @@ def claims(keys: Column, value: Column) -> Column:
     """``schema`` and ``payload`` at the top, with a ``payload.sequenceId``, a
     ``schema.dataColumn`` or a DataWorks op (heartbeats carry neither of the first two)."""
     known_ops = [*CHANGE_OPS, *UPDATE_BEFORE_OPS, *CONTROL_OPS, *DDL_OPS]
+    has = J.key_test(keys)
     return (
-        F.array_contains(keys, "schema")
-        & F.array_contains(keys, "payload")
+        has("schema")
+        & has("payload")
         & (
             F.get_json_object(value, "$.payload.sequenceId").isNotNull()
             | F.get_json_object(value, "$.schema.dataColumn").isNotNull()

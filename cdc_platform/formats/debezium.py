@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec, connect_field_spec
 from cdc_platform.formats.contract import Options
 
@@ -55,12 +56,10 @@ _TOP = T.StructType(
     [
         T.StructField("schema", _S),
         T.StructField("payload", _ENVELOPE),
-        T.StructField("_corrupt", _S),
     ]
     + _ENVELOPE_FIELDS
 )
 _KEY = T.StructType([T.StructField("payload", C.IMAGE), T.StructField("schema", _S)])
-_JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
 
 
 def _pad(col: Column, width: int) -> Column:
@@ -101,9 +100,7 @@ def _unavailable_forms(placeholder: str) -> list[str]:
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
     hbase_option = options.get("lindorm.hbase", "auto")
-    text = F.col("value").cast("string")
-    top = F.from_json(text, _TOP, _JSON_OPTIONS)
-    df = raw.withColumn("_top", top)
+    df = raw.withColumn("_top", J.read_struct(_TOP))
     bare = F.struct(*[F.col(f"_top.{f.name}").alias(f.name) for f in _ENVELOPE_FIELDS])
     env = F.when(F.col("_top.payload").isNotNull(), F.col("_top.payload")).otherwise(bare)
     key = F.from_json(F.col("key").cast("string"), _KEY)
@@ -133,11 +130,9 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         F.col("_top.payload").isNotNull() & (F.col("_top.schema") != "{}"), F.col("_top.schema")
     )
 
-    corrupt = F.col("value").isNotNull() & (
-        F.col("_top").isNull() | F.col("_top._corrupt").isNotNull() | F.col("_env").isNull()
-    )
+    corrupt = F.col("value").isNotNull() & (J.corrupt(F.col("_top")) | F.col("_env").isNull())
     reason = (
-        F.when(corrupt, F.lit("invalid JSON: not a JSON object"))
+        F.when(corrupt, F.lit(J.NOT_AN_OBJECT))
         .when(op.isNull(), F.lit("not a Debezium change event: no 'op' field"))
         .when(~op.isin(*C.OPS), F.concat(F.lit("unknown Debezium op '"), op, F.lit("'")))
         .when(src.isNull() | src.table.isNull(), F.lit("no source.table: table unknown"))
@@ -214,18 +209,17 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
 def claims(keys: Column, value: Column) -> Column:
     """A Debezium envelope (bare or under ``payload``), heartbeat or transaction marker."""
 
-    def has(k: str) -> Column:
-        return F.array_contains(keys, k)
-
+    has = J.key_test(keys)
     payload_op = F.get_json_object(value, "$.payload.op")
-    payload_ddl = F.get_json_object(value, "$.payload.ddl")
+    # Each lookup once: Spark evaluates a repeated subexpression up front, for every message.
+    payload_ddl_text = ~F.get_json_object(value, "$.payload.ddl").startswith("{")
     enveloped = (
         has("schema")
         & has("payload")
         & (
             (F.length(payload_op) == 1)
             # Debezium's schema-change ddl is a string; DataWorks' is an object {text, ddlMeta}
-            | (payload_ddl.isNotNull() & ~payload_ddl.startswith("{"))
+            | F.coalesce(payload_ddl_text, F.lit(False))
             | F.get_json_object(value, "$.payload.status").isNotNull()
         )
     )

@@ -4,6 +4,13 @@ Every format's ``claims(keys, value)`` is evaluated on every message (``keys``: 
 JSON keys, null when it is not a JSON object). Exactly one claimant parses the message; a message
 no format claims, or that several claim, is quarantined with that reason. A Kafka tombstone
 (null value) belongs to no format: it is a control record.
+
+What it costs: a first pass over the values only names each message's claimants (the keys
+parsed once per message; a claim's nested lookups run only where its own key tests pass) and
+collects the names found. Then each format found parses its own messages and nothing else: where
+one format claims every message (tombstones aside), its parser reads the batch with no filter,
+so ``auto`` costs that format plus the pass. Only a batch that mixes formats, or holds messages
+no format or several claim, keeps the names (a local checkpoint) and filters on them.
 """
 
 from pyspark.sql import Column, DataFrame
@@ -14,6 +21,9 @@ from cdc_platform.formats import canonical as C
 from cdc_platform.formats.contract import Format, Options
 
 NAME = "auto"
+_KEYS = "_keys"
+# The names of a message's claimants, comma-separated ("" for none; null for a tombstone).
+_CLAIMED = "_claimed"
 
 
 def candidates() -> dict[str, Format]:
@@ -32,36 +42,79 @@ def candidates() -> dict[str, Format]:
 OPTIONS: Options = {k: v for m in candidates().values() for k, v in m.OPTIONS.items()}
 
 
+def _claimed_by(keys: Column, value: Column) -> Column:
+    """The names of the formats that claim a message, comma-separated (null for a tombstone)."""
+    # Each claim in a CASE branch: Spark evaluates a subexpression that several claims share (a
+    # get_json_object path) up front, for every message, unless it sits in a branch; there it
+    # runs only where the claim's own key checks reach it.
+    return F.when(
+        value.isNotNull(),
+        F.concat_ws(
+            ",",
+            *[
+                F.when(value.isNull(), F.lit(None)).when(m.claims(keys, value), F.lit(n))
+                for n, m in candidates().items()
+            ],
+        ),
+    )
+
+
 def claimants(keys: Column, value: Column) -> Column:
     """The names of the formats that claim a message."""
-    named = [F.when(m.claims(keys, value), F.lit(n)) for n, m in candidates().items()]
-    return F.filter(F.array(*named), lambda name: name.isNotNull())
+    claimed = _claimed_by(keys, value)
+    return F.when(claimed == "", F.array().cast("array<string>")).otherwise(F.split(claimed, ","))
 
 
-def _unclaimed(rows: DataFrame) -> DataFrame:
-    claimed = F.col("_claimed")
+def _with_claims(raw: DataFrame) -> DataFrame:
+    text = F.col("value").cast("string")
+    # The keys in a column of their own: every claim reads them, the text is parsed once.
+    keyed = raw.withColumn(_KEYS, F.when(F.col("value").isNotNull(), F.json_object_keys(text)))
+    return keyed.withColumn(_CLAIMED, _claimed_by(F.col(_KEYS), text)).drop(_KEYS)
+
+
+def _unrouted(rows: DataFrame, claimed: Column) -> DataFrame:
+    """Records for messages no parser takes: tombstones, and those claimed by none or several."""
     kind = F.when(F.col("value").isNull(), F.lit(C.KIND_CONTROL)).otherwise(F.lit(C.KIND_ERROR))
     reason = (
         F.when(F.col("value").isNull(), F.lit("kafka tombstone"))
-        .when(F.size(claimed) == 0, F.lit("no format recognises this message"))
-        .otherwise(F.concat(F.lit("ambiguous: claimed by "), F.array_join(claimed, " and ")))
+        .when(claimed == "", F.lit("no format recognises this message"))
+        .otherwise(
+            F.concat(F.lit("ambiguous: claimed by "), F.regexp_replace(claimed, ",", " and "))
+        )
     )
     fields = {f.name: F.lit(None).cast(f.dataType) for f in C.PARSED_SCHEMA.fields}
     fields.update(kind=kind, reason=reason, source_format=F.lit(NAME))
     return rows.select(*rows.columns, *[col.alias(name) for name, col in fields.items()])
 
 
+def _parse_as(name: str, rows: DataFrame, options: dict[str, str]) -> DataFrame:
+    module = candidates()[name]
+    return module.parse(rows, {k: v for k, v in options.items() if k in module.OPTIONS})
+
+
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
-    text = F.col("value").cast("string")
-    keys = F.when(F.col("value").isNotNull(), F.json_object_keys(text))
-    # Checkpointed so the claims run once, not once per format branch below.
-    tagged = raw.withColumn("_claimed", claimants(keys, text)).localCheckpoint()
-    one = F.size("_claimed") == 1
-    parts = [_unclaimed(tagged.where(~one | F.col("value").isNull())).drop("_claimed")]
-    for name, module in candidates().items():
-        mine = tagged.where(one & F.col("value").isNotNull() & (F.col("_claimed")[0] == name))
-        own = {k: v for k, v in options.items() if k in module.OPTIONS}
-        parts.append(module.parse(mine.drop("_claimed"), own))
+    # One pass over the values: the claimants found in this batch, and whether it has tombstones.
+    claimed = raw.select("value").transform(_with_claims)
+    [(found, tombstones)] = claimed.agg(
+        F.collect_set(_CLAIMED), F.coalesce(F.bool_or(F.col("value").isNull()), F.lit(False))
+    ).collect()
+    routes = sorted(c for c in found if "," not in c and c)  # formats that claim messages alone
+    unrouted = set(found) - set(routes)  # "" (no claimant) or several names
+    value = F.col("value")
+    if not unrouted and len(routes) <= 1:
+        # At most one format, besides tombstones: its parser reads the messages unfiltered.
+        messages = raw.where(value.isNotNull()) if tombstones else raw
+        parts = [_parse_as(name, messages, options) for name in routes]
+        if tombstones or not parts:
+            parts.append(_unrouted(raw.where(value.isNull()), F.lit(None)))
+    else:
+        # Mixed: the claimants once more, kept, so that each format's share is a plain filter.
+        routed = _with_claims(raw).localCheckpoint()
+        mine = F.col(_CLAIMED)
+        unclaimed = routed.where(mine.isNull() | ~mine.isin(*routes))
+        parts = [_unrouted(unclaimed, mine).drop(_CLAIMED)]
+        for name in routes:
+            parts.append(_parse_as(name, routed.where(mine == name).drop(_CLAIMED), options))
     result = parts[0]
     for part in parts[1:]:
         result = result.unionByName(part)

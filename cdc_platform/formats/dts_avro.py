@@ -568,80 +568,52 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
 
 # --- detection -----------------------------------------------------------------------------------
 
-# Claims: the first bytes must be the Record's header, read with a small varint state machine
-# (Spark higher-order functions, no Python): version, id and sourceTimestamp (Avro longs),
-# sourcePosition, safeSourcePosition and sourceTxid (strings, each at most _MAX_STR bytes),
+# Claims: the first bytes must be the Record's header: version, id and sourceTimestamp (Avro
+# longs), sourcePosition, safeSourcePosition and sourceTxid (strings, each at most _MAX_STR bytes),
 # source.sourceType (an enum index 0-12), source.version (a string), operation (0-16) and the
 # objectName union branch (0 null, 1 string), all within the first _PREFIX bytes. JSON text
 # (``keys`` not null, or text starting with ``{ [ "``) is never claimed.
+#
+# The header is matched by one regular expression over those bytes read as ISO-8859-1 (one
+# character a byte): a plain Spark function, compiled code, no per-byte fold. A long is up to ten
+# bytes; a string length, an enum index or the union branch is read in at most two bytes (zigzag:
+# even values only, as a negative one is refused), and each string length is spelled out with
+# its exact count of bytes, every length from 0 to _MAX_STR being one alternative.
 _PREFIX = 256
 _MAX_STR = 200
-# Field plan: 0-2 longs, 3-5 strings, 6 enum<=12, 7 string, 8 enum<=16, 9 union, 10 its string.
-_STRINGS = (3, 4, 5, 7, 10)
-_DONE = 11
 
 
-def _state(f: Column, acc: Column, shift: Column, skip: Column, bad: Column) -> Column:
-    return F.struct(
-        f.cast("int").alias("f"),
-        acc.cast("long").alias("acc"),
-        shift.cast("int").alias("shift"),
-        skip.cast("int").alias("skip"),
-        bad.alias("bad"),
-    )
+def _small(value: int) -> list[str]:
+    """The byte sequences, as regex escapes, that encode ``value`` (>= 0) as an Avro int of at
+    most two bytes: one byte below 64, and the two-byte form (continuation bit, then the rest)."""
+    zigzag = 2 * value
+    forms = [f"\\x{zigzag:02x}"] if zigzag < 0x80 else []
+    return [*forms, f"\\x{0x80 | zigzag & 0x7F:02x}\\x{zigzag >> 7:02x}"]
 
 
-def _step(state: Column, byte: Column) -> Column:
-    """Consume one byte of the header (aggregate's merge function)."""
-    f, acc, shift, skip, bad = (state[n] for n in ("f", "acc", "shift", "skip", "bad"))
-    zero = F.lit(0)
-    # Only lengths and enum indexes are read by value, and they fit in two bytes (shift 0 or 7).
-    acc_next = acc + (byte % 128) * F.when(shift == 0, 1).otherwise(128)
-    v = F.shiftright(acc_next, 1)
-    negative = (acc_next % 2) == 1
-    is_string = f.isin(*_STRINGS)
-    bad_value = (
-        (is_string & (negative | (v > _MAX_STR)))
-        | ((f == 6) & (negative | (v > 12)))
-        | ((f == 8) & (negative | (v > 16)))
-        | ((f == 9) & (negative | (v > 1)))
-    )
-    next_field = F.when(f == 9, F.when(v == 1, F.lit(10)).otherwise(F.lit(_DONE))).when(
-        f == 10, F.lit(_DONE)
-    )
-    next_field = next_field.otherwise(f + 1)
-    varint_end = _state(
-        F.when(is_string & (v > 0), f).otherwise(next_field),  # a string's bytes come next
-        zero,
-        zero,
-        F.when(is_string, v).otherwise(zero),
-        bad_value,
-    )
-    after_string = F.when(f == 10, F.lit(_DONE)).otherwise(f + 1)
-    skipping = _state(F.when(skip == 1, after_string).otherwise(f), zero, zero, skip - 1, bad)
-    # A long takes at most 10 bytes; a length or an enum index here at most 2.
-    too_long = (shift + 7 > 63) | ((f > 2) & (shift + 7 > 7))
-    continuing = _state(f, acc_next, shift + 7, zero, too_long)
-    return (
-        F.when(bad | (f >= _DONE), state)
-        .when(skip > 0, skipping)
-        .when(byte < 128, varint_end)
-        .otherwise(continuing)
-    )
+def _one_of(alternatives: list[str]) -> str:
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+_LONG = "[\\x80-\\xff]{0,9}[\\x00-\\x7f]"
+_STRING = _one_of(
+    [form + (f".{{{n}}}" if n else "") for n in range(_MAX_STR + 1) for form in _small(n)]
+)
+_HEADER = (
+    "(?s)^"
+    + _LONG * 3  # version, id, sourceTimestamp
+    + _STRING * 3  # sourcePosition, safeSourcePosition, sourceTxid
+    + _one_of([f for n in range(13) for f in _small(n)])  # source.sourceType
+    + _STRING  # source.version
+    + _one_of([f for n in range(17) for f in _small(n)])  # operation
+    + _one_of([_one_of(_small(1)) + _STRING, *_small(0)])  # objectName: a string, or null
+)
 
 
 def header_ok(value: Column) -> Column:
     """True when ``value`` (binary) starts with a plausible DTS Avro Record header."""
-    v = value.cast("binary")
-    n = F.least(F.octet_length(v), F.lit(_PREFIX))
-    positions = F.when(n > 0, F.sequence(F.lit(1), n)).otherwise(F.array().cast("array<int>"))
-    bytes_ = F.transform(
-        positions, lambda i: F.conv(F.hex(F.substring(v, i, 1)), 16, 10).cast("int")
-    )
-    zero = F.lit(0)
-    init = _state(zero, zero, zero, zero, F.lit(False))
-    final = F.aggregate(bytes_, init, _step)
-    return F.coalesce(~final["bad"] & (final["f"] == _DONE), F.lit(False))
+    prefix = F.decode(F.substring(value.cast("binary"), 1, _PREFIX), "ISO-8859-1")
+    return F.coalesce(prefix.rlike(_HEADER), F.lit(False))
 
 
 def claims(keys: Column, value: Column) -> Column:

@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.formats.contract import Options
 
@@ -33,20 +34,6 @@ _IMAGE = "map<string,string>"
 _ORDERED = "struct<data:map<string,string>,old:map<string,string>>"
 # The last row of a transaction has commit=true and no xoffset: it sorts after the others.
 _LAST = "9999999999"
-
-
-def _overlay(base: Column, changes: Column) -> Column:
-    """``base`` with the entries of ``changes`` replacing (or adding) values, in column order."""
-    keys = F.array_union(F.map_keys(base), F.map_keys(changes))
-    changed = F.map_keys(changes)
-    values = F.transform(
-        keys, lambda k: F.when(F.array_contains(changed, k), changes[k]).otherwise(base[k])
-    )
-    return (
-        F.when(changes.isNull(), base)
-        .when(base.isNull(), changes)
-        .otherwise(F.map_from_arrays(keys, values))
-    )
 
 
 def _binlog_position(position: Column) -> Column:
@@ -64,22 +51,15 @@ def _binlog_position(position: Column) -> Column:
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    text = F.col("value").cast("string")
-    # A variant keeps every JSON number's exact text (from_json rounds it through a double);
-    # from_json keeps the columns in wire order. Duplicate keys make a message invalid.
-    df = raw.select(
-        "*", F.try_parse_json(text).alias("_v"), F.from_json(text, _ORDERED).alias("_o")
-    )
-
-    def get(path: str, type_: str = "string") -> Column:
-        return F.try_variant_get(F.col("_v"), path, type_)
-
+    # Exact numbers from the variant, the images' columns in wire order from _ORDERED.
+    df = J.read_exact(raw, _ORDERED)
+    get = J.field
     df = df.select(
         "*",
-        get("$", "map<string,variant>").isNotNull().alias("_object"),
+        J.is_object().alias("_object"),
         F.lower(F.trim(get("$.type"))).alias("_type"),
-        C.exact_image(get("$.data", _IMAGE), F.col("_o.data")).alias("_data"),
-        C.exact_image(get("$.old", _IMAGE), F.col("_o.old")).alias("_old"),
+        C.exact_image(get("$.data", _IMAGE), J.ordered("data")).alias("_data"),
+        C.exact_image(get("$.old", _IMAGE), J.ordered("old")).alias("_old"),
         F.nullif(get("$.table"), F.lit("")).alias("_table"),
         get("$.sql").alias("_sql"),
         get("$.xoffset", "bigint").alias("_xoffset"),
@@ -94,7 +74,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     for name, code in _OPS.items():
         op = op.when(typ == name, F.lit(code))
     reason = (
-        F.when(~F.col("_object"), F.lit("invalid JSON: not a JSON object"))
+        F.when(~F.col("_object"), F.lit(J.NOT_AN_OBJECT))
         .when(truncate & table.isNull(), F.lit("TRUNCATE without a table"))
         .when(is_ddl | typ.isin(*_CONTROL_TYPES), F.lit(None))
         .when(typ.isNull(), F.lit("not a Maxwell message: no 'type' field"))
@@ -113,7 +93,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         .otherwise(F.lit(C.KIND_DDL))
     )
     row = dml & (kind == C.KIND_CHANGE)
-    before = F.when(typ == "delete", data).when(typ == "update", _overlay(data, F.col("_old")))
+    before = F.when(typ == "delete", data).when(typ == "update", J.overlay(data, F.col("_old")))
     after = F.when(typ != "delete", data)
     xoffset = F.coalesce(
         F.col("_xoffset").cast("string"), F.when(F.col("_commit"), F.lit(_LAST)), F.lit("0")
@@ -156,9 +136,7 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
 def claims(keys: Column, value: Column) -> Column:
     """A Maxwell row message (or a Maxwell DDL message: ``type``, ``sql`` and ``def``)."""
 
-    def has(k: str) -> Column:
-        return F.array_contains(keys, k)
-
+    has = J.key_test(keys)
     row = (
         has("database")
         & has("table")

@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.formats.contract import Options
 
@@ -35,23 +36,16 @@ def _timestamp(text: Column) -> Column:
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    text = F.col("value").cast("string")
-    # A variant keeps every JSON number's exact text (from_json rounds it through a double);
-    # from_json keeps the columns in wire order. Duplicate keys make a message invalid.
-    df = raw.select(
-        "*", F.try_parse_json(text).alias("_v"), F.from_json(text, _ORDERED).alias("_o")
-    )
-
-    def get(path: str, type_: str = "string") -> Column:
-        return F.try_variant_get(F.col("_v"), path, type_)
-
+    # Exact numbers from the variant, the images' columns in wire order from _ORDERED.
+    df = J.read_exact(raw, _ORDERED)
+    get = J.field
     df = df.select(
         *raw.columns,
-        "_v",
-        get("$", "map<string,variant>").isNotNull().alias("_object"),
+        J.VARIANT,
+        J.is_object().alias("_object"),
         F.upper(F.trim(get("$.op_type"))).alias("_op_type"),
-        C.exact_image(get("$.before", _IMAGE), F.col("_o.before")).alias("_before"),
-        C.exact_image(get("$.after", _IMAGE), F.col("_o.after")).alias("_after"),
+        C.exact_image(get("$.before", _IMAGE), J.ordered("before")).alias("_before"),
+        C.exact_image(get("$.after", _IMAGE), J.ordered("after")).alias("_after"),
         F.split(get("$.table"), r"\.").alias("_parts"),
         get("$.pos").alias("_pos"),
     )
@@ -63,7 +57,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     for code, canonical in _OPS.items():
         op = F.when(op_type == code, F.lit(canonical)).otherwise(op)
     reason = (
-        F.when(~F.col("_object"), F.lit("invalid JSON: not a JSON object"))
+        F.when(~F.col("_object"), F.lit(J.NOT_AN_OBJECT))
         .when(op_type.isNull(), F.lit("not a GoldenGate message: no 'op_type' field"))
         .when(op.isNull(), F.concat(F.lit("unknown GoldenGate op_type '"), op_type, F.lit("'")))
         .when(table.isNull(), F.lit("no table: table unknown"))
@@ -119,7 +113,5 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
 def claims(keys: Column, value: Column) -> Column:
     """A GoldenGate operation: ``op_type`` and ``table`` with an image (or a trail ``pos``)."""
 
-    def has(k: str) -> Column:
-        return F.array_contains(keys, k)
-
+    has = J.key_test(keys)
     return has("op_type") & has("table") & (has("after") | has("before") | has("pos"))

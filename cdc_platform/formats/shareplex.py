@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.formats.contract import Options
 
@@ -46,10 +47,8 @@ _TOP = T.StructType(
         T.StructField("meta", _META),
         T.StructField("data", C.IMAGE),
         T.StructField("key", C.IMAGE),
-        T.StructField("_corrupt", _S),
     ]
 )
-_JSON_OPTIONS = {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
 
 # Normalized spelling (lower case, runs of space/_/- as one space) -> canonical meaning.
 _INSERT = ("ins", "insert")
@@ -58,14 +57,6 @@ _DELETE = ("del", "delete")
 _TRUNCATE = ("trunc", "truncate", "truncate table")
 _DROP_COLUMN = ("drop column", "dropcol", "drop col")
 _UPDATE_BEFORE = ("update before", "upd before")
-
-
-def _overlay(base: Column, top: Column) -> Column:
-    """``base`` with ``top``'s entries replacing or adding to it (null when both are null)."""
-    empty = F.create_map().cast(C.IMAGE)
-    top_keys = F.map_keys(F.coalesce(top, empty))
-    kept = F.map_filter(F.coalesce(base, empty), lambda k, _: ~F.array_contains(top_keys, k))
-    return F.when(base.isNotNull() | top.isNotNull(), F.map_concat(kept, F.coalesce(top, empty)))
 
 
 def _digits(col: Column, width: int) -> Column:
@@ -93,8 +84,8 @@ def _event_time(time: Column) -> Column:
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    text = F.col("value").cast("string")
-    df = raw.withColumn("_top", F.from_json(text, _TOP, _JSON_OPTIONS))
+    text = J.text()
+    df = raw.withColumn("_top", J.read_struct(_TOP))
     top = F.col("_top")
     meta, data, key = top.meta, top.data, top.key
     op_text = F.lower(F.regexp_replace(F.trim(meta.op), r"[\s_-]+", " "))
@@ -112,14 +103,11 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     table = F.when(has_owner, F.regexp_extract(owner_table, r"^[^.]*\.(.*)$", 1))
     table = F.when(F.coalesce(owner_table, F.lit("")) != "", F.coalesce(table, owner_table))
 
-    corrupt = F.col("value").isNotNull() & (top.isNull() | top["_corrupt"].isNotNull())
-    wrong_shape = F.json_object_keys(text).isNotNull()  # an object, but meta/data/key are not
+    corrupt = F.col("value").isNotNull() & J.corrupt(top)
     reason = (
-        F.when(
-            corrupt & wrong_shape,
-            F.lit("not a SharePlex message: meta, data and key must be JSON objects"),
+        J.unreadable_reason(
+            corrupt, "not a SharePlex message: meta, data and key must be JSON objects"
         )
-        .when(corrupt, F.lit("invalid JSON: not a JSON object"))
         .when(meta.op.isNull(), F.lit("not a SharePlex message: no meta.op"))
         .when(
             op.isNull() & ~is_ddl & ~is_control,
@@ -149,8 +137,8 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         .when(kind == C.KIND_DDL, F.concat(F.lit("column drop on "), owner_table))
     )
     change = kind == C.KIND_CHANGE
-    before = F.when(op == C.UPDATE, key).when(op == C.DELETE, _overlay(data, key))
-    after = F.when(op == C.INSERT, data).when(op == C.UPDATE, _overlay(key, data))
+    before = F.when(op == C.UPDATE, key).when(op == C.DELETE, J.overlay(data, key))
+    after = F.when(op == C.INSERT, data).when(op == C.UPDATE, J.overlay(key, data))
     parsed = df.select(
         "*",
         kind.alias("kind"),
@@ -182,8 +170,6 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
 def claims(keys: Column, value: Column) -> Column:
     """A JSON object with ``meta`` and ``data`` or ``key``, whose ``meta`` has an ``op``."""
 
-    def has(k: str) -> Column:
-        return F.coalesce(F.array_contains(keys, k), F.lit(False))
-
+    has = J.key_test(keys)
     op = F.get_json_object(value.cast("string"), "$.meta.op")
     return has("meta") & (has("data") | has("key")) & op.isNotNull()

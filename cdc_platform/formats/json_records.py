@@ -1,0 +1,98 @@
+"""JSON plumbing shared by the JSON wire formats: reading a message, overlaying row images, and
+testing a message's top-level keys (``key_test``, for ``claims``).
+
+A message is read in one of two ways, each added to the raw rows in one ``select``:
+
+- ``read_exact`` (Canal, Maxwell, OGG): the message as a variant, which keeps every JSON number's
+  exact text (``from_json`` rounds numbers through a double), beside ``from_json`` with a small
+  schema of the row images, which keeps their columns in wire order (``canonical.exact_image``
+  combines the two). ``field`` reads the variant; ``is_object`` is false for anything but a JSON
+  object (invalid JSON, an array, a scalar; duplicate keys make a message invalid).
+- ``read_struct`` (Debezium, DataWorks, SharePlex): ``from_json`` into the format's own schema in
+  PERMISSIVE mode with a corrupt-record field, so ``corrupt`` tells a message that does not fit it.
+"""
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+NOT_AN_OBJECT = "invalid JSON: not a JSON object"
+VARIANT = "_v"  # read_exact's columns
+ORDERED = "_o"
+CORRUPT = "_corrupt"  # read_struct's corrupt-record field
+_PERMISSIVE = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
+
+
+def text() -> Column:
+    """The message value as text."""
+    return F.col("value").cast("string")
+
+
+def read_exact(raw: DataFrame, ordered: str) -> DataFrame:
+    """``raw`` plus the message as a variant (``VARIANT``) and as ``from_json`` with ``ordered``
+    (a DDL schema string of the row images: ``ORDERED``)."""
+    return raw.select(
+        "*", F.try_parse_json(text()).alias(VARIANT), F.from_json(text(), ordered).alias(ORDERED)
+    )
+
+
+def field(path: str, type_: str = "string") -> Column:
+    """A value of ``read_exact``'s variant (null when absent or not of that type)."""
+    return F.try_variant_get(F.col(VARIANT), path, type_)
+
+
+def ordered(name: str) -> Column:
+    """A field of ``read_exact``'s ``from_json`` struct."""
+    return F.col(ORDERED)[name]
+
+
+def is_object() -> Column:
+    """True when ``read_exact`` read a JSON object."""
+    return field("$", "map<string,variant>").isNotNull()
+
+
+def read_struct(schema: T.StructType) -> Column:
+    """The message parsed into ``schema`` plus a ``CORRUPT`` field: the text when it is not a JSON
+    object or a field does not fit its type (then every other field is null)."""
+    with_corrupt = T.StructType([*schema.fields, T.StructField(CORRUPT, T.StringType())])
+    return F.from_json(text(), with_corrupt, _PERMISSIVE)
+
+
+def corrupt(top: Column) -> Column:
+    """True when ``read_struct`` could not read the message (also for a null value)."""
+    return top.isNull() | top[CORRUPT].isNotNull()
+
+
+def unreadable_reason(corrupt: Column, wrong_shape: str) -> Column:
+    """Why a message ``read_struct`` could not read is unusable (null if it was read): not a JSON
+    object, or an object of the wrong shape (``wrong_shape``)."""
+    # json_object_keys parses the text again, but only for the corrupt messages.
+    return F.when(corrupt & F.json_object_keys(text()).isNull(), F.lit(NOT_AN_OBJECT)).when(
+        corrupt, F.lit(wrong_shape)
+    )
+
+
+def key_test(keys: Column) -> Callable[[str], Column]:
+    """For ``claims``: ``has(k)``, true when the message's top-level ``keys`` include ``k``, false
+    otherwise, also when it is not a JSON object (``keys`` null): a claim that starts with its key
+    tests then never runs its nested lookups on other bytes (such as a DTS Avro record, on which
+    each get_json_object call fails with an exception)."""
+    return lambda k: F.coalesce(F.array_contains(keys, k), F.lit(False))
+
+
+def overlay(base: Column, changes: Column) -> Column:
+    """``base`` with the entries of ``changes`` replacing (or adding) values, in ``base``'s column
+    order, new columns last; either image alone when the other is null. An entry of ``changes``
+    wins even when its value is null (Canal's ``old``: the previous value was NULL)."""
+    # map_zip_with keeps that order (base's keys, then the new ones) and passes null for a side
+    # without the key, so only a null from changes needs the key check.
+    merged = F.map_zip_with(
+        base,
+        changes,
+        lambda k, b, c: F.when(
+            c.isNotNull() | F.array_contains(F.map_keys(changes), k), c
+        ).otherwise(b),
+    )
+    return F.when(changes.isNull(), base).when(base.isNull(), changes).otherwise(merged)
