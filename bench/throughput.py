@@ -165,6 +165,7 @@ class Probes:
     profiler: nested calls are part of their caller's time)."""
 
     TARGETS = [(lake, "overwrite_partitions"), (lake, "upsert_newer"), (lake, "replace"),
+               (lake.Staging, "keep"),
                (data_files, "write"), (normalize, "plan_tables"), (apply, "latest_truncate"),
                (DataFrame, "collect"), (DataFrame, "toArrow"), (DataFrame, "first"),
                (DataFrame, "count")]  # fmt: skip

@@ -7,7 +7,8 @@ log; Spark reads and writes the data.
 - ``commit``: the commit protocol (adds, removes, state, transaction ids, schema changes);
 - ``merge``: MERGE, key replacement and deletes in Spark, copy-on-write;
 - ``kafka_offsets``: a Kafka source's raw batches with their offsets;
-- ``landing_files``: a files source's raw, one data file per landing file.
+- ``landing_files``: a files source's raw, one data file per landing file;
+- ``staging``: frames a step computes once and reads several times, as Parquet.
 """
 
 from cdc_platform.lake.commit import (
@@ -31,6 +32,7 @@ from cdc_platform.lake.kafka_offsets import (
     kafka_stored_offsets,
 )
 from cdc_platform.lake.merge import DROP, REBUILT, delete_rows, replace_keys, upsert_newer
+from cdc_platform.lake.staging import Staging
 from cdc_platform.lake.tables import (
     CHANGELOG,
     CONTROL,
@@ -69,7 +71,7 @@ from cdc_platform.lake.tables import (
 __all__ = [
     "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY", "KAFKA_KEY",
     "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW", "REBUILT",
-    "ROWS_PER_FILE", "STATE_KEY", "append", "append_kafka_batch", "append_normalized",
+    "ROWS_PER_FILE", "STATE_KEY", "Staging", "append", "append_kafka_batch", "append_normalized",
     "arrow_schema", "delete_rows", "describe", "exists", "files", "files_added_since",
     "files_between", "files_changed_since", "files_removed_since", "image_types", "kafka_app_id",
     "kafka_batches", "kafka_offsets", "kafka_stored_offsets", "key_path", "max_stat",

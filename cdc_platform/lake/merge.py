@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,6 +26,7 @@ from cdc_platform.lake.tables import (
     exists,
     read,
 )
+from cdc_platform.spark.session import PERSIST_LEVEL
 
 # Merge source columns: true rows replace the target row whatever the sequences (REBUILT), or
 # delete it (DROP: nothing of the key is left in the change log).
@@ -113,7 +113,7 @@ def upsert_newer(
     extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
     if not exists(uri):
         rows = data.where(~F.col(DROP)) if DROP in extra else data
-        rows = rows.drop(*extra).persist(StorageLevel.MEMORY_AND_DISK)
+        rows = rows.drop(*extra).persist(PERSIST_LEVEL)
         try:
             n = rows.count()
             C.replace(rows, uri, state, key=key, rows=n)
@@ -164,7 +164,7 @@ def upsert_newer(
             *[value(c) for c in names], F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
             action.alias(_ACTION),
         )  # fmt: skip
-        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        out = out.persist(PERSIST_LEVEL)
         try:
             per_file = (
                 out.groupBy(FILE_COLUMN)
@@ -230,7 +230,7 @@ def replace_keys(
     by ``rows``, in one commit recording ``state``; a new table is created from ``rows``.
     Returns (rows written, rows of those keys replaced)."""
     if not exists(uri):
-        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        rows = rows.persist(PERSIST_LEVEL)
         try:
             n = rows.count()
             C.replace(rows, uri, state, rows=n)
@@ -239,7 +239,7 @@ def replace_keys(
         return n, 0
     wanted = keys.select(*[F.col(f"`{k}`") for k in key]).distinct()
     wanted = wanted.withColumn("__hit", F.lit(True))
-    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    rows = rows.persist(PERSIST_LEVEL)
     inserted = rows.count()
 
     def attempt() -> tuple[int, int]:
@@ -249,7 +249,7 @@ def replace_keys(
         marked = target.join(wanted, on, "left").select(
             target["*"], F.coalesce(F.col("__hit"), F.lit(False)).alias("__hit")
         )
-        marked = marked.persist(StorageLevel.MEMORY_AND_DISK)
+        marked = marked.persist(PERSIST_LEVEL)
         try:
             rewritten, removed, kept = _hits(marked)
             survivors = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
@@ -288,7 +288,7 @@ def delete_rows(
         paths = [absolute_path(uri, f) for f in relative]
         target = read(spark, uri, only_files=paths, with_file=True)
         marked = target.withColumn("__hit", F.coalesce(condition, F.lit(False))).persist(
-            StorageLevel.MEMORY_AND_DISK
+            PERSIST_LEVEL
         )
         try:
             rewritten, deleted, _ = _hits(marked)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -69,31 +68,24 @@ def redrive(
     if reason:
         quarantine = quarantine.where(F.col("reason").startswith(reason))
     # The messages, not their rows (a Canal message may have several rejected rows).
-    selected = quarantine.select(*COORDINATES).dropDuplicates().persist()
-    parsed = None
+    staging = lake.Staging(warehouse)
     try:
+        selected = staging.keep(quarantine.select(*COORDINATES).dropDuplicates())
         result.selected = selected.count()
         if not result.selected:
             return result
         coords = selected.select(coordinate_key().alias("__coord"))
         again = raw.withColumn("__coord", coordinate_key()).join(coords, "__coord", "left_semi")
-        parsed = normalize.parse_messages(again.drop("__coord"), source).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
-        split = _write_outputs(spark, warehouse, source, parsed, result)
-        try:
-            # Last: the selected rows leave the quarantine, the ones that still fail come back.
-            still_bad = split.quarantine
-            _requarantine(spark, q_uri, still_bad, selected)
-            result.remaining = still_bad.select(*COORDINATES).distinct().count()
-            reasons = still_bad.groupBy("reason").count().collect()
-            result.reasons = {r["reason"]: r["count"] for r in reasons}
-        finally:
-            split.release()
+        parsed = staging.keep(normalize.parse_messages(again.drop("__coord"), source))
+        split = _write_outputs(spark, warehouse, source, parsed, staging, result)
+        # Last: the selected rows leave the quarantine, the ones that still fail come back.
+        still_bad = split.quarantine
+        _requarantine(spark, q_uri, still_bad, selected)
+        result.remaining = still_bad.select(*COORDINATES).distinct().count()
+        reasons = still_bad.groupBy("reason").count().collect()
+        result.reasons = {r["reason"]: r["count"] for r in reasons}
     finally:
-        selected.unpersist()
-        if parsed is not None:
-            parsed.unpersist()
+        staging.release()
     result.redriven = result.selected - result.remaining
     if merge:
         for name in result.changes:
@@ -114,11 +106,12 @@ def _write_outputs(
     warehouse: Path,
     source: SourceConfig,
     parsed: DataFrame,
+    staging: lake.Staging,
     result: RedriveResult,
 ) -> SplitChanges:
     """``steps.normalize.split_parsed`` on the redriven messages, writing change, DDL and control
     records by sequence; returns the split, whose quarantine rows are what still fails."""
-    split = split_parsed(warehouse, source, parsed)
+    split = split_parsed(warehouse, source, parsed, staging)
     for plan, data in split.tables:
         uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
         _replace_by_sequence(spark, uri, data, {"key": plan.key, "qualified": plan.qualified})

@@ -16,10 +16,10 @@ from functools import cache
 from typing import Any
 
 import pandas as pd
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
 from cdc_platform.quality.suites import Suite
+from cdc_platform.spark.session import PERSIST_LEVEL
 
 PANDAS_MAX_ROWS = 200_000
 SAMPLE_ROWS = 10
@@ -167,7 +167,7 @@ def validate(
         return SuiteRun(name, batch, rules, None, time.monotonic() - started, engine, 0, {})
     cached = engine == "spark"
     if cached:
-        data = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        data = frame.persist(PERSIST_LEVEL)
     try:
         expectations = gx_suite(suite, name, key)
         definition = _definition(engine, expectations)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
 # Small local runs: few shuffle partitions; UTC so event times mean the same everywhere; partition
@@ -34,6 +35,10 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.extraJavaOptions": "-XX:-DontCompileHugeMethods",
 }
+# How every frame computed once and read several times is kept: on the executors' local disks,
+# where the OS page cache keeps it in memory while memory is free. In the JVM heap (MEMORY_AND_*)
+# a cached partition is built whole in memory: 10M parsed events in a 1 GB driver ran out of heap.
+PERSIST_LEVEL = StorageLevel.DISK_ONLY
 _MIN_JAVA = 17
 
 

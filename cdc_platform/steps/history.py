@@ -6,13 +6,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
 from cdc_platform.spark import history
+from cdc_platform.spark.session import PERSIST_LEVEL
 
 
 @dataclass
@@ -62,7 +62,7 @@ def update_history(
     if changed is None:  # first run, full refresh, truncates changed, or old files vacuumed
         rows = history.history_rows(
             changelog, key, tracked, table.ignore_null_updates, truncates=truncates
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        ).persist(PERSIST_LEVEL)
         try:
             written = rows.count()
             removed = lake.row_count(h_uri)
@@ -73,9 +73,9 @@ def update_history(
     affected = history.touched_keys(lake.read(spark, cl_uri, only_files=changed), key)
     new = history.history_rows(
         changelog, key, tracked, table.ignore_null_updates, affected, truncates
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    ).persist(PERSIST_LEVEL)
     old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi")
-    old = old.persist(StorageLevel.MEMORY_AND_DISK)
+    old = old.persist(PERSIST_LEVEL)
     try:
         # Versions that are new or differ, and versions (by key and start) that are gone: only
         # the keys with either are rewritten.
@@ -93,7 +93,7 @@ def update_history(
         counts = (
             added.select(*key, F.lit(1).alias("a"), F.lit(0).alias("g"))
             .unionByName(gone.select(*key, F.lit(0).alias("a"), F.lit(1).alias("g")))
-            .persist(StorageLevel.MEMORY_AND_DISK)
+            .persist(PERSIST_LEVEL)
         )
         totals = counts.agg(F.sum("a"), F.sum("g")).first()
         written, removed = int(totals[0] or 0), int(totals[1] or 0)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -16,6 +15,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.spark import apply, history
+from cdc_platform.spark.session import PERSIST_LEVEL
 
 
 @dataclass(kw_only=True)
@@ -67,7 +67,7 @@ def _rebuild_keys(
         wanted.append(history.touched_keys(removed, key).select("key.*"))
     if not wanted:
         return newest
-    touched = functools.reduce(DataFrame.unionByName, wanted).distinct().persist()
+    touched = functools.reduce(DataFrame.unionByName, wanted).distinct().persist(PERSIST_LEVEL)
     try:
         if touched.isEmpty():
             return newest
@@ -163,7 +163,7 @@ def merge_current(
         )
     else:
         newest = apply.without_working_columns(newest)
-    newest = newest.persist(StorageLevel.MEMORY_AND_DISK)
+    newest = newest.persist(PERSIST_LEVEL)
     try:
         made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
         if full_refresh:

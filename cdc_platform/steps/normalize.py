@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -183,27 +182,23 @@ def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
 @dataclass
 class SplitChanges:
     """Parsed messages sorted out: each keyed table's typed change records, and the quarantine
-    rows (errors, unkeyed tables, values that do not fit their type). Spark frames, each
-    persisted once (``release`` frees them)."""
+    rows (errors, unkeyed tables, values that do not fit their type)."""
 
     tables: list[tuple[normalize.TablePlan, DataFrame]]
     quarantine: DataFrame
-    persisted: list[DataFrame] = field(default_factory=list)
-
-    def release(self) -> None:
-        for frame in self.persisted:
-            frame.unpersist()
 
 
 def split_parsed(
     warehouse: Path,
     source: SourceConfig,
     parsed: DataFrame,
+    staging: lake.Staging,
     key_override: list[str] | None = None,
     types_override: dict[str, str] | None = None,
 ) -> SplitChanges:
     """Plan, key and type the change records of ``parsed`` per table (keys and types already in
-    the warehouse's change logs are kept); everything that fails goes to the quarantine rows."""
+    the warehouse's change logs are kept); everything that fails goes to the quarantine rows.
+    Each table's typed records are computed once (kept in ``staging``)."""
     changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
     known = {
         st["qualified"]: (st["key"], lake.image_types(uri))
@@ -220,8 +215,7 @@ def split_parsed(
             continue
         # One pass types the table's changes (kept for both outputs); the rows with a reason
         # are its rejects.
-        typed = normalize.type_changes(changes, plan).persist(StorageLevel.MEMORY_AND_DISK)
-        split.persisted.append(typed)
+        typed = staging.keep(normalize.type_changes(changes, plan))
         bad = typed.where(F.col("reason").isNotNull()).drop("key")
         bad = bad.withColumnRenamed("raw_key", "key")
         quarantine.append(bad.select(*normalize.QUARANTINE_COLUMNS))
@@ -255,14 +249,14 @@ def _normalize(
         return lake.append_normalized(data, uri, raw_version, metadata)
 
     result = NormalizeResult()
-    parsed = normalize.parse_messages(raw, source).persist(StorageLevel.MEMORY_AND_DISK)
-    split = None
+    staging = lake.Staging(warehouse)
     try:
+        parsed = staging.keep(normalize.parse_messages(raw, source))
         kinds = {r["kind"]: r["count"] for r in parsed.groupBy("kind").count().collect()}
         result.messages = sum(kinds.values())
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
-        split = split_parsed(warehouse, source, parsed, key_override, types_override)
+        split = split_parsed(warehouse, source, parsed, staging, key_override, types_override)
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})
@@ -302,9 +296,7 @@ def _normalize(
         result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
     finally:
-        if split is not None:
-            split.release()
-        parsed.unpersist()
+        staging.release()
     return result
 
 
