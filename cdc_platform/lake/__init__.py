@@ -31,7 +31,14 @@ from cdc_platform.lake.kafka_offsets import (
     kafka_offsets,
     kafka_stored_offsets,
 )
-from cdc_platform.lake.merge import DROP, REBUILT, delete_rows, replace_keys, upsert_newer
+from cdc_platform.lake.merge import (
+    DROP,
+    REBUILT,
+    delete_rows,
+    replace_keys,
+    rows_of_keys,
+    upsert_newer,
+)
 from cdc_platform.lake.staging import Staging
 from cdc_platform.lake.tables import (
     CHANGELOG,
@@ -77,5 +84,5 @@ __all__ = [
     "kafka_batches", "kafka_offsets", "kafka_stored_offsets", "key_path", "max_stat",
     "normalized_raw_version", "overwrite_partitions", "partition_row_counts", "properties",
     "quoted", "read", "read_arrow", "record_state", "replace", "replace_keys", "row_count",
-    "state", "table_uri", "tables_under", "upsert_newer", "vacuum", "version",
+    "rows_of_keys", "state", "table_uri", "tables_under", "upsert_newer", "vacuum", "version",
 ]  # fmt: skip

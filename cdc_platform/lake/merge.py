@@ -74,6 +74,12 @@ def _targets(spark: SparkSession, uri: str, dt: DeltaTable, keys: DataFrame, key
     return read(spark, uri, only_files=[absolute_path(uri, f) for f in files], with_file=True)
 
 
+def rows_of_keys(spark: SparkSession, uri: str, keys: DataFrame, key: list[str]) -> DataFrame:
+    """The rows of ``uri`` from the files that may hold one of ``keys`` (a superset of the
+    rows with those keys): the files a merge of ``keys`` reads."""
+    return _targets(spark, uri, DeltaTable(uri), keys, key).drop(FILE_COLUMN)
+
+
 def _rewrite(
     uri: str,
     dt: DeltaTable,

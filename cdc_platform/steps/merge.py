@@ -225,7 +225,7 @@ def _live_effect(
     deleted = F.col(C.DELETED_COL)
     if not merging:  # a new or rebuilt table: every live newest row is one more
         return newest.where(~deleted).count(), 0
-    before = lake.read(spark, cur_uri).select(
+    before = lake.rows_of_keys(spark, cur_uri, newest, key).select(
         *key,
         F.col(C.SEQUENCE_COL).alias("__was_seq"),
         (~F.col(C.DELETED_COL)).alias("__was_live"),
