@@ -6,6 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 3000
+REPORTS_PORT ?= 3001
 DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
@@ -27,9 +28,12 @@ demo: install
 	cp deploy/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	@# The embedded Kafka broker (Tansu, in memory) for source crm; landing files for the others;
 	@# the Spark Connect server, one warm JVM every run connects to (SPARK_CONNECT=0: none, each
-	@# run starts a local Spark of its own).
+	@# run starts a local Spark of its own); the Data Docs site, a static folder, on REPORTS_PORT
+	@# (the checks in Dagster link their pages there, the pages link back to Dagster).
 	$(BIN)/cdc-platform broker > var/broker.out 2>&1 & broker=$$!; \
-		trap 'kill $$broker $$traffic $$spark 2>/dev/null; [ -z "$$spark" ] || wait $$spark' EXIT INT TERM; \
+		trap 'kill $$site $$broker $$traffic $$spark 2>/dev/null; [ -z "$$spark" ] || wait $$spark' EXIT INT TERM; \
+		reports=$${CDC_REPORTS:-var/reports}/data_docs; mkdir -p $$reports; \
+		$(BIN)/python -m http.server --bind $(HOST) --directory $$reports $(REPORTS_PORT) > var/reports-server.out 2>&1 & site=$$!; \
 		if [ "$(SPARK_CONNECT)" = 1 ]; then \
 			$(BIN)/cdc-platform spark-server --port $(SPARK_PORT) > var/spark-server.out 2>&1 & spark=$$!; \
 			export CDC_SPARK_REMOTE=sc://127.0.0.1:$(SPARK_PORT); \
@@ -46,6 +50,8 @@ demo: install
 		fi; \
 		$(BIN)/cdc-platform demo --batches 0 --every 30 > var/demo-traffic.log 2>&1 & traffic=$$!; \
 		echo "Dagster UI: http://$(HOST):$(PORT)  (new demo traffic every 30 s; Ctrl-C stops all)"; \
+		echo "Data Docs:  http://$(HOST):$(REPORTS_PORT)"; \
+		CDC_REPORTS_URL=http://$(HOST):$(REPORTS_PORT) CDC_DAGSTER_URL=http://$(HOST):$(PORT) \
 		DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(HOST) -p $(PORT)
 
 test: install browser

@@ -250,7 +250,10 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         ),
     )
     def current(
-        config: RebuildConfig, spark: SparkResource, lake: LakeResource
+        context: dg.AssetExecutionContext,
+        config: RebuildConfig,
+        spark: SparkResource,
+        lake: LakeResource,
     ) -> dg.MaterializeResult:
         session = spark.spark_session
         merged = merge_current(
@@ -282,7 +285,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 **({"preview": preview(rows, key)} if rows is not None else {}),
             },
             check_results=quality.current_check_results(
-                session, lake.warehouse_path, source, table, merged
+                context, session, lake.warehouse_path, source, table, merged
             ),
         )
 

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from cdc_platform import lake as delta
 from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
-from cdc_platform.quality import docs, suites, validations
+from cdc_platform.quality import docs, links, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
 from cdc_platform.steps.merge import MergeResult
 
@@ -74,7 +74,7 @@ def current_check_specs(source: SourceConfig, table: TableConfig) -> list[dg.Ass
 
 
 def _result(
-    key: dg.AssetKey, rule: RuleResult, run: SuiteRun, report: Path | None
+    key: dg.AssetKey, rule: RuleResult, run: SuiteRun, report: dg.MetadataValue | None
 ) -> dg.AssetCheckResult:
     metadata: dict[str, dg.RawMetadataValue] = {
         "unexpected_count": rule.unexpected,
@@ -89,7 +89,7 @@ def _result(
     if rule.error:
         metadata["error"] = rule.error
     if report is not None:
-        metadata["report"] = dg.MetadataValue.path(str(report))
+        metadata["report"] = report
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=rule.rule,
@@ -101,15 +101,39 @@ def _result(
 
 
 def _publish(
-    runs: list[SuiteRun], warehouse: Path, log: dg.DagsterLogManager | None
-) -> Path | None:
-    """Data Docs after each validation; a report that cannot be written never fails the run."""
+    context: dg.AssetExecutionContext,
+    runs: list[tuple[dg.AssetKey, SuiteRun]],
+    warehouse: Path,
+    batch: str | None = None,
+) -> dict[str, dg.MetadataValue]:
+    """Data Docs after each validation, each page naming the asset, the run and the batch
+    (``batch``, else the run's); a report that cannot be written never fails the run.
+    Returns each suite's link to its page."""
+    reports = docs.reports_dir(warehouse)
+    run_id = context.run.run_id
+    subjects = [
+        (run, docs.Subject(asset=key.to_user_string(), batch=batch or run.batch, run_id=run_id))
+        for key, run in runs
+    ]
     try:
-        return docs.publish(runs, docs.reports_dir(warehouse))
+        pages = docs.publish(subjects, reports)
     except OSError as e:
-        if log:
-            log.warning(f"data docs not written: {e}")
-        return None
+        context.log.warning(f"data docs not written: {e}")
+        return {}
+    return {suite: _link(page, docs.site_dir(reports)) for suite, page in pages.items()}
+
+
+def _link(page: Path, site: Path) -> dg.MetadataValue:
+    """The page on the reports server (``CDC_REPORTS_URL``), else its path."""
+    url = links.page_url(page, site)
+    return dg.MetadataValue.url(url) if url else dg.MetadataValue.path(str(page))
+
+
+def _partitions(context: dg.AssetExecutionContext, incremental: bool) -> str:
+    """The run's batch: its partitions, and for an incremental run, the new raw batches."""
+    keys = context.partition_keys
+    label = keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"
+    return f"{label}, new raw batches" if incremental else label
 
 
 def changelog_check_results(
@@ -130,19 +154,21 @@ def changelog_check_results(
         runs.append((_key(delta.CHANGELOG, source.name, t.name), run, suites.CHANGELOG))
     run = validations.validate_reconciliation(spark, warehouse, source, dates, written)
     runs.append((_key(delta.QUARANTINE, source.name), run, suites.RECONCILIATION))
-    report = _publish([r for _, r, _ in runs if r], warehouse, context.log)
-    yield from _results(runs, report, source, tables)
+    batch = _partitions(context, written is not None)
+    reports = _publish(context, [(k, r) for k, r, _ in runs if r], warehouse, batch)
+    yield from _results(runs, reports, source, tables)
 
 
 def _results(
     runs: list[tuple[dg.AssetKey, SuiteRun | None, str]],
-    report: Path | None,
+    reports: dict[str, dg.MetadataValue],
     source: SourceConfig,
     tables: list[TableConfig],
 ) -> Iterator[dg.AssetCheckResult]:
     by_name = {t.name: t for t in tables}
     for key, run, layer in runs:
         if run is not None:
+            report = reports.get(run.suite)
             yield from (_result(key, rule, run, report) for rule in run.rules)
             continue
         # Nothing to validate yet (the table or raw is absent): nothing can be wrong.
@@ -158,6 +184,7 @@ def _results(
 
 
 def current_check_results(
+    context: dg.AssetExecutionContext,
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
@@ -176,6 +203,6 @@ def current_check_results(
     key = _key(delta.CURRENT, source.name, table.name)
     if not runs:
         return list(_results([(key, None, suites.CURRENT), (key, None, suites.CURRENT_ROWS)],
-                             None, source, [table]))  # fmt: skip
-    report = _publish(runs, warehouse, None)
-    return [_result(key, rule, run, report) for run in runs for rule in run.rules]
+                             {}, source, [table]))  # fmt: skip
+    reports = _publish(context, [(key, run) for run in runs], warehouse)
+    return [_result(key, rule, run, reports.get(run.suite)) for run in runs for rule in run.rules]

@@ -31,18 +31,26 @@ def quality_report(
 ) -> tuple[Path, list[SuiteRun]]:
     """Validate every change log (all partitions), reconciliation and current table of the
     warehouse and build the whole Data Docs site in ``out``."""
-    runs: list[SuiteRun] = []
+    runs: list[tuple[SuiteRun, docs.Subject]] = []
+
+    def add(run: SuiteRun | None, layer: str, source: str, table: str | None = None) -> None:
+        if run is not None:  # the page names the asset whose checks in Dagster run the suite
+            asset = "/".join(lake.key_path(layer, source, table))
+            runs.append((run, docs.Subject(asset=asset, batch=run.batch)))
+
     for source in warehouse_sources(warehouse, sources_file):
         for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
             table = Path(uri).name
-            if run := validations.validate_changelog(spark, warehouse, source, table, None):
-                runs.append(run)
-            runs += validations.validate_current(spark, warehouse, source, table)
-        if run := validations.validate_reconciliation(spark, warehouse, source, None):
-            runs.append(run)
+            run = validations.validate_changelog(spark, warehouse, source, table, None)
+            add(run, lake.CHANGELOG, source.name, table)
+            for run in validations.validate_current(spark, warehouse, source, table):
+                add(run, lake.CURRENT, source.name, table)
+        run = validations.validate_reconciliation(spark, warehouse, source, None)
+        add(run, lake.QUARANTINE, source.name)
     if not runs:
         raise CatalogError(f"nothing to validate in warehouse {warehouse}")
-    return docs.publish(runs, out, rebuild=True), runs
+    docs.publish(runs, out, rebuild=True)
+    return docs.index_page(out), [run for run, _ in runs]
 
 
 def redrive_all(

@@ -3,16 +3,35 @@
 A file-backed GX context lives only in the reports folder (``<reports>/gx``): the suites and
 validation results of the runs are stored there and the site is (re)built from them. The
 warehouse never holds anything of Great Expectations. The site's entry page is
-``<reports>/data_docs/index.html``.
+``<reports>/data_docs/index.html``: the latest validation of each suite (``pages``). Each page
+loads its styles and scripts from the site itself (``vendor``), and a validation page says what
+it validated in Dagster's terms (``Subject``) and links there (``links``).
 """
 
+import copy
+import datetime as dt
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc_platform.quality import pages, vendor
 from cdc_platform.quality.validate import SuiteRun
 
 SITE = "local_site"
+RUN_NAME = "quality-report"  # the run name of validations outside Dagster
+SUBJECT = "cdc_subject"  # the result's meta key of its Subject
+
+
+@dataclass(kw_only=True)
+class Subject:
+    """What a validation validated, in Dagster's terms: shown on its page."""
+
+    asset: str  # the asset key as a path: changelog/shop/customers
+    batch: str  # the partition(s), or what the run read
+    run_id: str | None = None  # the Dagster run; None outside Dagster (quality-report)
+    details: dict[str, Any] = field(default_factory=dict)  # more on the batch (Batch Spec)
 
 
 def reports_dir(warehouse: Path) -> Path:
@@ -20,8 +39,12 @@ def reports_dir(warehouse: Path) -> Path:
     return Path(os.environ.get("CDC_REPORTS") or Path(warehouse).resolve().parent / "reports")
 
 
+def site_dir(reports: Path) -> Path:
+    return Path(reports) / "data_docs"
+
+
 def index_page(reports: Path) -> Path:
-    return Path(reports) / "data_docs" / "index.html"
+    return site_dir(reports) / "index.html"
 
 
 def _context(reports: Path) -> Any:
@@ -48,9 +71,11 @@ def _context(reports: Path) -> Any:
     return context
 
 
-def publish(runs: list[SuiteRun], reports: Path, rebuild: bool = False) -> Path:
+def publish(
+    runs: list[tuple[SuiteRun, Subject]], reports: Path, rebuild: bool = False
+) -> dict[str, Path]:
     """Store ``runs`` in the reports folder and update their pages of the site (``rebuild``:
-    the whole site). Returns the entry page."""
+    the whole site). Returns each suite's validation page."""
     import great_expectations as gx
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,
@@ -58,23 +83,119 @@ def publish(runs: list[SuiteRun], reports: Path, rebuild: bool = False) -> Path:
     )
 
     context = _context(Path(reports))
+    site = site_dir(reports)
     ids: list[Any] = []
-    for run in runs:
+    published: dict[str, Path] = {}
+    for run, subject in runs:
         if run.result is None:
             continue
         suite_id = ExpectationSuiteIdentifier(name=run.suite)
         context.suites.add_or_update(gx.ExpectationSuite(**run.expectations))
+        result = _described(run, subject)
         result_id = ValidationResultIdentifier(
             expectation_suite_identifier=suite_id,
-            run_id=run.result.meta["run_id"],
-            batch_identifier=run.batch,
+            run_id=result.meta["run_id"],
+            # a path segment of the page: the batch without spaces, slashes, quotes
+            batch_identifier=re.sub(r"[^\w.-]+", "_", subject.batch),
         )
         context.validation_results_store.store_validation_results(
-            suite_validation_result=run.result,
+            suite_validation_result=result,
             suite_validation_result_identifier=result_id,
             expectation_suite_identifier=suite_id,
         )
         ids += [suite_id, result_id]
+        published[run.suite] = site / _page(result_id)
     if ids or rebuild:
         context.build_data_docs(site_names=[SITE], resource_identifiers=None if rebuild else ids)
-    return index_page(Path(reports))
+        store = context.validation_results_store
+        built = store.list_keys() if rebuild else ids
+        results = [i for i in built if isinstance(i, ValidationResultIdentifier)]
+        suites = {r.expectation_suite_identifier.name for r in results} | {
+            i.name for i in built if isinstance(i, ExpectationSuiteIdentifier)
+        }
+        vendor.install(site)
+        for result_id in results:
+            subject = store.get(result_id).meta.get(SUBJECT)
+            _rewrite(site, _page(result_id), subject)
+        for suite in suites:
+            _rewrite(site, _suite_page(suite), None)
+        index_page(reports).write_text(pages.index(_latest(store)))
+    return published
+
+
+def _described(run: SuiteRun, subject: Subject) -> Any:
+    """The GX result of ``run`` with what its page shows: the asset as the data asset, the run
+    as the run name, the batch in the Batch Spec."""
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    result = copy.copy(run.result)
+    result.meta = {
+        **run.result.meta,
+        # Now, not the result's validation_time: GX takes that from a run name that parses
+        # as a date (validate's run name is the batch).
+        "run_id": RunIdentifier(
+            run_name=subject.run_id or RUN_NAME, run_time=dt.datetime.now(dt.UTC)
+        ),
+        "batch_spec": {
+            "data_asset_name": subject.asset,
+            "batch": subject.batch,
+            "rows": run.rows,
+            "engine": run.engine,
+            **subject.details,
+        },
+        SUBJECT: {"asset": subject.asset, "batch": subject.batch, "run_id": subject.run_id},
+    }
+    return result
+
+
+def _page(result_id: Any) -> Path:
+    """A validation page, relative to the site (GX's layout: one folder per part)."""
+    *folders, batch = result_id.to_tuple()
+    return Path("validations", *folders, f"{batch}.html")
+
+
+def _suite_page(suite: str) -> Path:
+    *folders, name = suite.split(".")
+    return Path("expectations", *folders, f"{name}.html")
+
+
+def _rewrite(site: Path, page: Path, subject: dict[str, Any] | None) -> None:
+    """A page GX just built, loading nothing remote and, if it says what it validated, linking
+    its asset and run in Dagster."""
+    path = site / page
+    if not path.is_file():
+        return
+    html = vendor.localize(path.read_text(), len(page.parts) - 1)
+    if subject:
+        html = pages.with_dagster_links(html, **subject)
+    path.write_text(html)
+
+
+def _latest(store: Any) -> list[pages.Latest]:
+    """Each suite's latest stored validation (by run time)."""
+    latest: dict[str, Any] = {}
+    for key in store.list_keys():
+        suite = key.expectation_suite_identifier.name
+        if suite not in latest or key.run_id.run_time > latest[suite].run_id.run_time:
+            latest[suite] = key
+    rows = []
+    for suite, key in latest.items():
+        result = store.get(key)
+        subject = result.meta.get(SUBJECT) or {}
+        stats = result.statistics
+        rows.append(
+            pages.Latest(
+                suite=suite,
+                page=_page(key).as_posix(),
+                suite_page=_suite_page(suite).as_posix(),
+                asset=subject.get("asset"),
+                batch=subject.get("batch") or key.batch_identifier,
+                run=key.run_id.run_name,
+                run_id=subject.get("run_id"),
+                time=key.run_id.run_time.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                success=bool(result.success),
+                evaluated=int(stats.get("evaluated_expectations") or 0),
+                met=int(stats.get("successful_expectations") or 0),
+            )
+        )
+    return rows
