@@ -196,19 +196,23 @@ class Probes:
 
 def cpu_seconds() -> float:
     """CPU time of this process and its descendants (the Spark JVM and its Python workers):
-    unlike wall time, hardly affected by other work on the machine."""
-    procs = {}
+    unlike wall time, hardly affected by other work on the machine. A descendant that ended
+    counts too, through its parent's counters of waited-for children (cutime, cstime)."""
+    children: dict[int, list[int]] = {}
+    ticks_of: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             f = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        procs[int(stat.parent.name)] = (int(f[1]), int(f[11]) + int(f[12]))  # ppid, utime+stime
-    tree, ticks = {os.getpid()}, 0
-    for pid in sorted(procs):  # children have larger pids (no pid wrap-around in one run)
-        if pid in tree or procs[pid][0] in tree:
-            tree.add(pid)
-            ticks += procs[pid][1]
+        pid = int(stat.parent.name)
+        children.setdefault(int(f[1]), []).append(pid)
+        ticks_of[pid] = sum(int(t) for t in f[11:15])  # utime, stime, cutime, cstime
+    ticks, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        ticks += ticks_of.get(pid, 0)
+        todo += children.get(pid, [])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
