@@ -194,10 +194,16 @@ class Probes:
         return timed
 
 
+_SEEN: dict[int, int] = {}  # pid -> its CPU ticks at the last call
+_TOTAL = [0]
+
+
 def cpu_seconds() -> float:
-    """CPU time of this process and its descendants (the Spark JVM and its Python workers):
-    unlike wall time, hardly affected by other work on the machine. A descendant that ended
-    counts too, through its parent's counters of waited-for children (cutime, cstime)."""
+    """CPU seconds of this process and its descendants (the Spark JVM and its Python workers)
+    so far: unlike wall time, hardly affected by other work on the machine. A clock that never
+    goes back: each call adds what each process of the tree used since the previous one (a
+    descendant that ended within counts through its parent's cutime/cstime; one that has gone
+    takes nothing away)."""
     children: dict[int, list[int]] = {}
     ticks_of: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -208,12 +214,14 @@ def cpu_seconds() -> float:
         pid = int(stat.parent.name)
         children.setdefault(int(f[1]), []).append(pid)
         ticks_of[pid] = sum(int(t) for t in f[11:15])  # utime, stime, cutime, cstime
-    ticks, todo = 0, [os.getpid()]
+    todo = [os.getpid()]
     while todo:
         pid = todo.pop()
-        ticks += ticks_of.get(pid, 0)
+        ticks = ticks_of.get(pid, 0)
+        _TOTAL[0] += max(0, ticks - _SEEN.get(pid, 0))
+        _SEEN[pid] = ticks
         todo += children.get(pid, [])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return _TOTAL[0] / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager

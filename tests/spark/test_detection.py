@@ -1,7 +1,6 @@
 """format: auto on one topic that mixes formats: each message goes to its own table; on a batch
 of one format it parses exactly as that format; unclaimed messages are quarantined with why."""
 
-import base64
 import itertools
 import json
 import struct
@@ -17,6 +16,7 @@ from cdc_platform.ingest import landing
 from cdc_platform.steps.merge import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
+from tests.quality.test_fuzz import _land
 
 pytestmark = pytest.mark.spark
 
@@ -72,16 +72,8 @@ def test_a_topic_mixing_four_formats_replays_to_the_right_tables(
 
 def _raw(spark, tmp_path, values: list[bytes | None]):
     """Raw rows of one Kafka partition holding ``values`` (None: a tombstone)."""
-    lines = []
-    for offset, v in enumerate(values):
-        env = {"topic": "t", "partition": 0, "offset": offset, "timestamp": 1_700_000_000_000}
-        if v is None:
-            env["value"] = None
-        else:
-            env["value_b64"] = base64.b64encode(v).decode()
-        lines.append(json.dumps(env))
     path = tmp_path / "m.kafka.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+    _land(path, values)
     return spark.createDataFrame(landing.read_file(path, "2026-01-01", "t"))
 
 
