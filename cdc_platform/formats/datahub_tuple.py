@@ -70,9 +70,8 @@ def _table_parts(qualified: Column, fallback: Column) -> tuple[Column, Column, C
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    text = F.col("value").cast("string")
     rec = F.col("_rec")
-    df = raw.withColumn("_rec", F.from_json(text, C.IMAGE))
+    df = raw.withColumn("_rec", F.from_json(J.text(), C.IMAGE))
     op = rec[OPERATION]
     seq_id = rec[SEQUENCE_ID]
     before_flag = F.coalesce(rec[BEFORE_IMAGE] == "Y", F.lit(False))

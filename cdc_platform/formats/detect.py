@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from cdc_platform import formats
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.contract import Format, Options
 
 NAME = "auto"
@@ -66,7 +67,7 @@ def claimants(keys: Column, value: Column) -> Column:
 
 
 def _with_claims(raw: DataFrame) -> DataFrame:
-    text = F.col("value").cast("string")
+    text = J.text()
     # The keys in a column of their own: every claim reads them, the text is parsed once.
     keyed = raw.withColumn(_KEYS, F.when(F.col("value").isNotNull(), F.json_object_keys(text)))
     return keyed.withColumn(_CLAIMED, _claimed_by(F.col(_KEYS), text)).drop(_KEYS)

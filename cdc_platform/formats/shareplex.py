@@ -171,5 +171,5 @@ def claims(keys: Column, value: Column) -> Column:
     """A JSON object with ``meta`` and ``data`` or ``key``, whose ``meta`` has an ``op``."""
 
     has = J.key_test(keys)
-    op = F.get_json_object(value.cast("string"), "$.meta.op")
+    op = F.get_json_object(value, "$.meta.op")
     return has("meta") & (has("data") | has("key")) & op.isNotNull()
