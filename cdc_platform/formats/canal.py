@@ -57,26 +57,11 @@ _DDL_TYPES = ("DDL", "CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX", "
 _CONTROL_TYPES = ("GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "HEARTBEAT", "BEGIN", "COMMIT")
 _ROWS = "array<map<string,string>>"
 _BINARY_TYPE = r"^\s*((tiny|medium|long)?blob|(var)?binary)\b"
-_ORDERED = "struct<data:array<map<string,string>>,old:array<map<string,string>>,mysqlType:string>"
-_TEMP = (J.VARIANT, J.ORDERED, "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
+# Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
+IMAGE_PATHS = (("data", 0), ("old", 0), ("mysqlType",))
+_TEMP = (J.VARIANT, "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
          "_is_ddl", "_table", "_kind", "_reason", "_truncate", "_database", "_pk", "_ms", "_gtid",
          "_rows", "_pos", "_row")  # fmt: skip
-
-
-def _exact_rows(exact: Column, ordered: Column) -> Column:
-    """Rows with the values of ``exact`` (parsed as a variant: every number's exact text) and the
-    column order of ``ordered`` (the same rows parsed by from_json, in wire order)."""
-
-    def row(o: Column, i: Column) -> Column:
-        e = F.get(exact, i)
-        keys = F.map_keys(o)
-        return F.when(o.isNull(), e).otherwise(
-            F.map_from_arrays(keys, F.transform(keys, lambda k: e[k]))
-        )
-
-    return F.when(ordered.isNull() | (F.size(ordered) != F.size(exact)), exact).otherwise(
-        F.transform(ordered, row)
-    )
 
 
 def _binary_columns(mysql_types: Column) -> Column:
@@ -104,16 +89,15 @@ def _latin1_to_base64(rows: Column, binary: Column) -> Column:
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
     legacy = options.get("canal.convention", "current") == "legacy"
-    # Exact numbers from the variant, the rows' columns in wire order from _ORDERED.
-    df = J.read_exact(raw, _ORDERED)
+    df = J.read_exact(raw)  # exact numbers
     get = J.field
     binary = _binary_columns(get("$.mysqlType", "map<string,string>"))
-    data = _latin1_to_base64(_exact_rows(get("$.data", _ROWS), J.ordered("data")), binary)
-    old = _latin1_to_base64(_exact_rows(get("$.old", _ROWS), J.ordered("old")), binary)
+    data = _latin1_to_base64(get("$.data", _ROWS), binary)
+    old = _latin1_to_base64(get("$.old", _ROWS), binary)
     df = df.select(
         "*",
         F.upper(F.trim(get("$.type"))).alias("_type"),
-        J.ordered("mysqlType").alias("_mysql_type"),  # JSON text in wire order
+        get("$.mysqlType").alias("_mysql_type"),  # its JSON text
         J.is_object().alias("_object"),
         # Where the convention puts the new values and the previous ones.
         (old if legacy else data).alias("_new"),

@@ -97,12 +97,3 @@ def raw_position() -> Column:
             F.lit("f"), F.col("file"), F.lit("#"), F.lpad(F.col("line").cast("string"), 12, "0")
         )
     )
-
-
-def exact_image(exact: Column, ordered: Column) -> Column:
-    """A row with the values of ``exact`` (parsed as a variant: every number's exact text) and
-    the column order of ``ordered`` (the same object parsed by from_json, in wire order)."""
-    keys = F.map_keys(ordered)
-    return F.when(ordered.isNull() | (F.size(ordered) != F.size(exact)), exact).otherwise(
-        F.map_from_arrays(keys, F.transform(keys, lambda k: exact[k]))
-    )

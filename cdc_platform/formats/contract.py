@@ -33,6 +33,12 @@ class Parser(Protocol):
 
 @runtime_checkable
 class Format(Parser, Protocol):
+    # Where a message holds its row images (paths of object keys and array indexes), for formats
+    # whose parsed images do not keep the wire column order (read from a variant, which sorts its
+    # keys): the planner orders a new table's columns as its first message writes them
+    # (``json_records.wire_keys``). (): the parsed images keep that order themselves.
+    IMAGE_PATHS: tuple[tuple[str | int, ...], ...]
+
     def column_specs(self, value_schema: str) -> dict[str, ColumnSpec]:
         """Column types from the format's own schema text (a record's ``value_schema``), read on
         the driver for the few distinct values of a batch; {} when the format has none."""

@@ -25,6 +25,7 @@ OPTIONS: Options = {
     "unavailable.value.placeholder": None,
 }
 PLACEHOLDER = "__debezium_unavailable_value"
+IMAGE_PATHS = ()  # the parsed images keep the wire column order
 
 _S = T.StringType()
 _SOURCE = T.StructType(

@@ -4,14 +4,16 @@ testing a message's top-level keys (``key_test``, for ``claims``).
 A message is read in one of two ways, each added to the raw rows in one ``select``:
 
 - ``read_exact`` (Canal, Maxwell, OGG): the message as a variant, which keeps every JSON number's
-  exact text (``from_json`` rounds numbers through a double), beside ``from_json`` with a small
-  schema of the row images, which keeps their columns in wire order (``canonical.exact_image``
-  combines the two). ``field`` reads the variant; ``is_object`` is false for anything but a JSON
-  object (invalid JSON, an array, a scalar; duplicate keys make a message invalid).
+  exact text (``from_json`` rounds numbers through a double). ``field`` reads the variant;
+  ``is_object`` is false for anything but a JSON object (invalid JSON, an array, a scalar;
+  duplicate keys make a message invalid). A variant object holds its keys sorted, so these
+  formats name where their images sit (``IMAGE_PATHS``) and the planner reads a new table's
+  column order from its first message with ``wire_keys``, on the driver.
 - ``read_struct`` (Debezium, DataWorks, SharePlex): ``from_json`` into the format's own schema in
   PERMISSIVE mode with a corrupt-record field, so ``corrupt`` tells a message that does not fit it.
 """
 
+import json
 from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame
@@ -19,8 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 NOT_AN_OBJECT = "invalid JSON: not a JSON object"
-VARIANT = "_v"  # read_exact's columns
-ORDERED = "_o"
+VARIANT = "_v"  # read_exact's column
 CORRUPT = "_corrupt"  # read_struct's corrupt-record field
 _PERMISSIVE = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
 
@@ -30,12 +31,9 @@ def text() -> Column:
     return F.col("value").cast("string")
 
 
-def read_exact(raw: DataFrame, ordered: str) -> DataFrame:
-    """``raw`` plus the message as a variant (``VARIANT``) and as ``from_json`` with ``ordered``
-    (a DDL schema string of the row images: ``ORDERED``)."""
-    return raw.select(
-        "*", F.try_parse_json(text()).alias(VARIANT), F.from_json(text(), ordered).alias(ORDERED)
-    )
+def read_exact(raw: DataFrame) -> DataFrame:
+    """``raw`` plus the message as a variant (``VARIANT``)."""
+    return raw.select("*", F.try_parse_json(text()).alias(VARIANT))
 
 
 def field(path: str, type_: str = "string") -> Column:
@@ -43,14 +41,33 @@ def field(path: str, type_: str = "string") -> Column:
     return F.try_variant_get(F.col(VARIANT), path, type_)
 
 
-def ordered(name: str) -> Column:
-    """A field of ``read_exact``'s ``from_json`` struct."""
-    return F.col(ORDERED)[name]
-
-
 def is_object() -> Column:
     """True when ``read_exact`` read a JSON object."""
     return field("$", "map<string,variant>").isNotNull()
+
+
+def wire_keys(message: bytes | str | None, paths: tuple[tuple[str | int, ...], ...]) -> list[str]:
+    """The keys of the JSON objects at ``paths`` of ``message`` (each path a sequence of object
+    keys and array indexes), in the order the message writes them, each once; [] for a message
+    that is not JSON. Python's JSON reader keeps that order, which a variant does not."""
+    try:
+        doc = json.loads(message or b"")
+    except ValueError:
+        return []
+    keys: list[str] = []
+    for path in paths:
+        node = doc
+        for step in path:
+            is_index = isinstance(step, int)
+            if is_index and isinstance(node, list) and -len(node) <= step < len(node):
+                node = node[step]
+            elif not is_index and isinstance(node, dict):
+                node = node.get(step)
+            else:
+                node = None
+        if isinstance(node, dict):
+            keys += [k for k in node if k not in keys]
+    return keys
 
 
 def read_struct(schema: T.StructType) -> Column:

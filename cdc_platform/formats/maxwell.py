@@ -31,7 +31,8 @@ _OPS = {"insert": C.INSERT, "update": C.UPDATE, "delete": C.DELETE, "bootstrap-i
 _CONTROL_TYPES = ("bootstrap-start", "bootstrap-complete")
 _DDL = r"^(database|table|view)-(create|alter|drop|rename)$"
 _IMAGE = "map<string,string>"
-_ORDERED = "struct<data:map<string,string>,old:map<string,string>>"
+# Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
+IMAGE_PATHS = (("data",), ("old",))
 # The last row of a transaction has commit=true and no xoffset: it sorts after the others.
 _LAST = "9999999999"
 
@@ -51,15 +52,14 @@ def _binlog_position(position: Column) -> Column:
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    # Exact numbers from the variant, the images' columns in wire order from _ORDERED.
-    df = J.read_exact(raw, _ORDERED)
+    df = J.read_exact(raw)  # exact numbers
     get = J.field
     df = df.select(
         "*",
         J.is_object().alias("_object"),
         F.lower(F.trim(get("$.type"))).alias("_type"),
-        C.exact_image(get("$.data", _IMAGE), J.ordered("data")).alias("_data"),
-        C.exact_image(get("$.old", _IMAGE), J.ordered("old")).alias("_old"),
+        get("$.data", _IMAGE).alias("_data"),
+        get("$.old", _IMAGE).alias("_old"),
         F.nullif(get("$.table"), F.lit("")).alias("_table"),
         get("$.sql").alias("_sql"),
         get("$.xoffset", "bigint").alias("_xoffset"),

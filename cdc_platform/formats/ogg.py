@@ -25,7 +25,8 @@ OPTIONS: Options = {}
 
 _OPS = {"I": C.INSERT, "U": C.UPDATE, "D": C.DELETE, "T": C.TRUNCATE}
 _IMAGE = "map<string,string>"
-_ORDERED = "struct<before:map<string,string>,after:map<string,string>>"
+# Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
+IMAGE_PATHS = (("after",), ("before",))
 _OP_TS = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 
 
@@ -36,16 +37,15 @@ def _timestamp(text: Column) -> Column:
 
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     """Raw messages -> parsed records (``canonical.PARSED_SCHEMA``); never raises on bad input."""
-    # Exact numbers from the variant, the images' columns in wire order from _ORDERED.
-    df = J.read_exact(raw, _ORDERED)
+    df = J.read_exact(raw)  # exact numbers
     get = J.field
     df = df.select(
         *raw.columns,
         J.VARIANT,
         J.is_object().alias("_object"),
         F.upper(F.trim(get("$.op_type"))).alias("_op_type"),
-        C.exact_image(get("$.before", _IMAGE), J.ordered("before")).alias("_before"),
-        C.exact_image(get("$.after", _IMAGE), J.ordered("after")).alias("_after"),
+        get("$.before", _IMAGE).alias("_before"),
+        get("$.after", _IMAGE).alias("_after"),
         F.split(get("$.table"), r"\.").alias("_parts"),
         get("$.pos").alias("_pos"),
     )

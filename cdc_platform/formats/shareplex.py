@@ -33,6 +33,7 @@ from cdc_platform.formats.contract import Options
 
 NAME = "shareplex"
 OPTIONS: Options = {}
+IMAGE_PATHS = ()  # the parsed images keep the wire column order
 
 _S = T.StringType()
 _META = T.StructType(

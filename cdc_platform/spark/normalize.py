@@ -11,12 +11,13 @@ import re
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from cdc_platform import formats
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records
 from cdc_platform.formats.column_specs import STRING, ColumnSpec, common_type, decode, hbase_spec
 
 QUARANTINE_COLUMNS = (
@@ -56,6 +57,9 @@ class TablePlan:
     typed_columns: set[str] = field(default_factory=set)
     # xxhash64 of a message schema -> why its rows cannot be applied (incompatible type change).
     bad_schemas: dict[int, str] = field(default_factory=dict)
+    # A new table's columns as its first message writes them, when the parsed images lost that
+    # order (formats.contract.Format.IMAGE_PATHS).
+    wire_order: list[str] = field(default_factory=list)
 
 
 def _evolve(plan: TablePlan, col: str, spec: ColumnSpec, prior_type: str | None) -> str | None:
@@ -107,6 +111,23 @@ def _match(qualified: str, tables: list[TableConfig]) -> TableConfig | None:
     suffix = [t for t in tables if qualified.endswith("." + t.match)]
     found = exact or sorted(suffix, key=lambda t: -len(t.match))
     return found[0] if found else None
+
+
+def _wire_order(changes: DataFrame, group: Row) -> list[str]:
+    """The columns of a group's first message in wire order, for formats whose parsed images
+    do not keep it ([] for the others): that one message is read again, on the driver."""
+    try:
+        paths = formats.format_for(group["source_format"]).IMAGE_PATHS
+    except ValueError:
+        return []
+    if not paths:
+        return []
+    first = changes.where(
+        (F.col("qualified_table") == group["qualified_table"])
+        & (F.col("sequence") == group["first_seen"])
+    ).select("value")
+    row = first.first()
+    return json_records.wire_keys(row["value"] if row else None, paths)
 
 
 def _stated_specs(source_format: str, value_schema: str | None) -> dict[str, ColumnSpec]:
@@ -166,6 +187,8 @@ def plan_tables(
             plan = plans[qualified] = TablePlan(name, qualified, [], {})
         if g["image_encoding"] == "hbase":
             plan.hbase = True
+        if qualified not in (known or {}) and not plan.wire_order:
+            plan.wire_order = _wire_order(changes, g)
         known_types = (known or {}).get(qualified, ([], {}))[1]
         # Schema versions in order of appearance, each checked against the types so far (the
         # table's, then earlier versions'); column order follows first appearance.
@@ -212,6 +235,9 @@ def plan_tables(
                 plan.specs[k] = ColumnSpec(known_types[k])
         if cfg is not None:  # column_list / except_column_list
             plan.specs = {c: spec for c, spec in plan.specs.items() if cfg.keeps(c, plan.key)}
+        if plan.wire_order:  # columns the first message lacks keep their place after it
+            rank = {c: i for i, c in enumerate(plan.wire_order)}
+            plan.specs = dict(sorted(plan.specs.items(), key=lambda kv: rank.get(kv[0], len(rank))))
         missing = [k for k in plan.key if k not in plan.specs]
         if plan.problem:
             continue

@@ -54,6 +54,10 @@ def test_every_registered_name_gives_a_parser(name):
 def test_every_wire_format_keeps_the_whole_contract(name):
     module = formats.format_for(name)
     assert isinstance(module, contract.Format)
+    assert all(
+        isinstance(path, tuple) and all(isinstance(step, str | int) for step in path)
+        for path in module.IMAGE_PATHS
+    )
     assert _signature_mismatches(module, contract.Format) == []
 
 
@@ -69,7 +73,7 @@ def test_auto_is_only_a_parser_and_asks_every_wire_format():
 def test_a_module_with_a_missing_function_or_a_wrong_signature_is_caught():
     good = formats.format_for("ogg")
     fake = types.ModuleType("fake")
-    for name in ("NAME", "OPTIONS", "parse", "column_specs"):
+    for name in ("NAME", "OPTIONS", "IMAGE_PATHS", "parse", "column_specs"):
         setattr(fake, name, getattr(good, name))
     assert not isinstance(fake, contract.Format)  # no claims
 
