@@ -64,9 +64,12 @@ _TEMP = (J.VARIANT, "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
          "_rows", "_pos", "_row")  # fmt: skip
 
 
-def _binary_columns(mysql_types: Column) -> Column:
-    """The columns ``mysqlType`` declares binary (blob, binary, varbinary)."""
-    return F.map_keys(F.map_filter(mysql_types, lambda _, t: F.lower(t).rlike(_BINARY_TYPE)))
+def _binary_columns() -> Column:
+    """The columns ``mysqlType`` declares binary (blob, binary, varbinary); null when its text
+    names no such type, so most messages skip building the map."""
+    types = J.field("$.mysqlType", "map<string,string>")
+    binary = F.map_keys(F.map_filter(types, lambda _, t: F.lower(t).rlike(_BINARY_TYPE)))
+    return F.when(F.lower(J.field("$.mysqlType")).rlike("blob|binary"), binary)
 
 
 def _latin1_to_base64(rows: Column, binary: Column) -> Column:
@@ -91,7 +94,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     legacy = options.get("canal.convention", "current") == "legacy"
     df = J.read_exact(raw)  # exact numbers
     get = J.field
-    binary = _binary_columns(get("$.mysqlType", "map<string,string>"))
+    binary = _binary_columns()
     data = _latin1_to_base64(get("$.data", _ROWS), binary)
     old = _latin1_to_base64(get("$.old", _ROWS), binary)
     df = df.select(
