@@ -5,7 +5,9 @@ validation results of the runs are stored there and the site is (re)built from t
 warehouse never holds anything of Great Expectations. The site's entry page is
 ``<reports>/data_docs/index.html``: the latest validation of each suite (``pages``). Each page
 loads its styles and scripts from the site itself (``vendor``), and a validation page says what
-it validated in Dagster's terms (``Subject``) and links there (``links``).
+it validated in Dagster's terms (``Subject``) and links there (``links``). Each suite keeps its
+newest ``CDC_REPORTS_KEEP`` validations (``KEEP``): live operation validates every batch, and
+without a limit the folder and the time of each publish grow with every run.
 """
 
 import copy
@@ -22,6 +24,7 @@ from cdc_platform.quality.validate import SuiteRun
 SITE = "local_site"
 RUN_NAME = "quality-report"  # the run name of validations outside Dagster
 SUBJECT = "cdc_subject"  # the result's meta key of its Subject
+KEEP = 50  # validations kept per suite, unless CDC_REPORTS_KEEP says otherwise
 
 
 @dataclass(kw_only=True)
@@ -45,6 +48,15 @@ def site_dir(reports: Path) -> Path:
 
 def index_page(reports: Path) -> Path:
     return site_dir(reports) / "index.html"
+
+
+def kept_per_suite() -> int:
+    """``CDC_REPORTS_KEEP``, else ``KEEP``; ValueError naming the variable when it is not a
+    whole number of at least 1."""
+    text = os.environ.get("CDC_REPORTS_KEEP") or str(KEEP)
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"CDC_REPORTS_KEEP must be a whole number of at least 1, not {text!r}")
+    return int(text)
 
 
 def _context(reports: Path) -> Any:
@@ -82,6 +94,7 @@ def publish(
         ValidationResultIdentifier,
     )
 
+    keep = kept_per_suite()
     context = _context(Path(reports))
     site = site_dir(reports)
     ids: list[Any] = []
@@ -119,8 +132,31 @@ def publish(
             _rewrite(site, _page(result_id), subject)
         for suite in suites:
             _rewrite(site, _suite_page(suite), None)
-        index_page(reports).write_text(pages.index(_latest(store)))
+        kept = _prune(store, site, keep)
+        index_page(reports).write_text(pages.index(_latest(store, kept)))
     return published
+
+
+def _prune(store: Any, site: Path, keep: int) -> list[Any]:
+    """Remove each suite's validations but its newest ``keep`` (result and page); returns the
+    stored results that remain."""
+    by_suite: dict[str, list[Any]] = {}
+    for key in store.list_keys():
+        by_suite.setdefault(key.expectation_suite_identifier.name, []).append(key)
+    kept = []
+    for keys in by_suite.values():
+        keys.sort(key=lambda k: k.run_id.run_time, reverse=True)
+        kept += keys[:keep]
+        for key in keys[keep:]:
+            store.remove_key(key)
+            page = site / _page(key)
+            page.unlink(missing_ok=True)
+            for folder in page.parents:  # the run's folders, once empty
+                if folder == site or (folder.is_dir() and any(folder.iterdir())):
+                    break
+                if folder.is_dir():
+                    folder.rmdir()
+    return kept
 
 
 def _described(run: SuiteRun, subject: Subject) -> Any:
@@ -171,10 +207,10 @@ def _rewrite(site: Path, page: Path, subject: dict[str, Any] | None) -> None:
     path.write_text(html)
 
 
-def _latest(store: Any) -> list[pages.Latest]:
-    """Each suite's latest stored validation (by run time)."""
+def _latest(store: Any, keys: list[Any]) -> list[pages.Latest]:
+    """Each suite's latest validation of ``keys`` (by run time)."""
     latest: dict[str, Any] = {}
-    for key in store.list_keys():
+    for key in keys:
         suite = key.expectation_suite_identifier.name
         if suite not in latest or key.run_id.run_time > latest[suite].run_id.run_time:
             latest[suite] = key

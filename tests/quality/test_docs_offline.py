@@ -89,3 +89,28 @@ def test_a_page_url_on_the_reports_server(tmp_path, monkeypatch):
     assert links.page_url(page, tmp_path) is None
     monkeypatch.setenv("CDC_REPORTS_URL", "http://127.0.0.1:3001/")
     assert links.page_url(page, tmp_path) == "http://127.0.0.1:3001/validations/a/b%20c.html"
+
+
+def test_each_suite_keeps_its_newest_validations(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv("CDC_REPORTS_KEEP", "2")
+    reports = tmp_path / "reports"
+    published = []
+    for live_after in (2, 3, 2):  # three validations of one suite: pass, fail, pass
+        runs = [(balance_run(live_after), docs.Subject(asset=CURRENT, batch="merge"))]
+        published.append(next(iter(docs.publish(runs, reports).values())))
+    results = sorted((reports / "gx").rglob("validations/**/*.json"))
+    assert len(results) == 2
+    site = docs.site_dir(reports)
+    assert not published[0].exists() and published[1].is_file() and published[2].is_file()
+    assert len(list((site / "validations").rglob("*.html"))) == 2
+    # the emptied folders of the removed run go too; the index shows the newest
+    assert not published[0].parent.exists()
+    index = docs.index_page(reports).read_text()
+    assert published[2].relative_to(site).as_posix() in index
+    assert published[1].relative_to(site).as_posix() not in index
+
+
+def test_a_bad_keep_setting_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("CDC_REPORTS_KEEP", "all")
+    with pytest.raises(ValueError, match="CDC_REPORTS_KEEP must be a whole number"):
+        docs.publish([(balance_run(2), docs.Subject(asset=CURRENT, batch="merge"))], tmp_path)
