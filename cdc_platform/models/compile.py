@@ -9,6 +9,7 @@ import traceback
 
 import jinja2
 from pyspark.errors import AnalysisException, ParseException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_platform.models.project import Model, ModelError, Project, display_path, resolve_ref
@@ -94,12 +95,17 @@ def _parse(spark: SparkSession, sql: str) -> None:
     if jvm is not None:
         jvm.sessionState().sqlParser().parsePlan(sql)  # noqa: SLF001 - parse only
         return
+    # pyspark logs every SQL error at ERROR with its stack, caught or not: this one is expected.
+    logger = PySparkLogger.getLogger("SQLQueryContextLogger")
+    was, logger.disabled = logger.disabled, True
     try:
         spark.sql(sql)
     except ParseException:
         raise
     except AnalysisException:
         pass
+    finally:
+        logger.disabled = was
 
 
 def template_line(model: Model, sql: str, line: int) -> int:
