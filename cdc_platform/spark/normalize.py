@@ -5,6 +5,12 @@ their total-order ``sequence`` (format position, then raw position); the few dis
 schema) combinations are collected on the driver to decide each table's key and column types;
 each table's images are then typed with native expressions. Whatever cannot be parsed, keyed or
 typed becomes a quarantine row with its reason, raw bytes and coordinates.
+
+One pass: a batch's first messages are planned first (``predict_plans``), and the parse types
+the rows that fit those plans in its own pass (``parse_messages(..., typed)``): same table,
+format and message schema, no column the plan has not seen. Only the rows that do not fit (a
+new schema version, a new column, a table the first messages do not name) are planned and typed
+afterwards, from their wire images, as before.
 """
 
 import re
@@ -20,6 +26,12 @@ from cdc_platform.formats import canonical as C
 from cdc_platform.formats import json_records
 from cdc_platform.formats.column_specs import STRING, ColumnSpec, common_type, decode, hbase_spec
 
+# How many of a batch's first messages ``predict_plans`` reads, and how many tables it plans (the
+# parse computes one typed column per planned table).
+SAMPLE_ROWS = 1000
+MAX_TYPED_TABLES = 8
+TYPED = "__typed"  # the index of the plan a parsed row fits (null: none)
+
 QUARANTINE_COLUMNS = (
     "ingest_date", "topic", "partition", "offset", "timestamp", "key", "value", "file", "line",
     "reason", "source_format", "qualified_table",
@@ -33,13 +45,66 @@ def table_name(qualified: str) -> str:
     return f"t_{name}" if name[0].isdigit() else name
 
 
-def parse_messages(raw: DataFrame, source: SourceConfig) -> DataFrame:
-    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept."""
+def parse_messages(
+    raw: DataFrame, source: SourceConfig, typed: list["TablePlan"] | None = None
+) -> DataFrame:
+    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept.
+
+    With ``typed`` plans: also ``TYPED``, the index of the plan a change fits, and per plan
+    ``typed_parts(i)``: the fitting rows' typed parts. Those rows drop their wire images and
+    message schema, which nothing reads once they are typed, and their raw key and value unless
+    they are rejected (the quarantine keeps them)."""
     parser = formats.parser_for(source.format)
     parsed = parser.parse(raw, source.format_options)
-    return parsed.withColumn(
+    parsed = parsed.withColumn(
         "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), C.raw_position())
     ).withColumn("qualified_table", F.concat_ws(".", "database", "schema", "table"))
+    if not typed:
+        return parsed
+    fit = F.lit(None).cast("int")
+    for i, plan in reversed(list(enumerate(typed))):
+        fit = F.when(_fits(plan), F.lit(i)).otherwise(fit)
+    parsed = parsed.withColumn(TYPED, fit)
+    for i, plan in enumerate(typed):
+        parsed = _with_typed_parts(parsed, plan, typed_parts(i), F.col(TYPED) == i)
+    untyped = F.col(TYPED).isNull()
+    rejected = reduce(
+        lambda a, b: a | b, [F.col(typed_parts(i))["reason"].isNotNull() for i in range(len(typed))]
+    )
+    wire = {c: F.when(untyped, F.col(c)) for c in ("before_image", "after_image", "value_schema")}
+    # The raw message stays for the quarantine only.
+    raw_kept = {c: F.when(untyped | rejected, F.col(c)) for c in ("key", "value")}
+    return parsed.withColumns({**wire, **raw_kept})
+
+
+def typed_parts(index: int) -> str:
+    """The column of ``parse_messages`` holding the typed parts of the rows fitting plan
+    ``index``."""
+    return f"__typed_{index}"
+
+
+def _group(source_format: Column, image_encoding: Column, value_schema: Column) -> Column:
+    """What a plan's types depend on, besides the table: the format, the image encoding and the
+    message schema (hashed)."""
+    return F.concat_ws("|", source_format, image_encoding, F.xxhash64(value_schema).cast("string"))
+
+
+def _fits(plan: "TablePlan") -> Column:
+    """True for a change of ``plan``'s table that its types cover: a format, encoding and message
+    schema the plan was made from, and only columns it has seen."""
+    none = F.array().cast("array<string>")
+    columns = F.array_union(
+        F.coalesce(F.map_keys("after_image"), none), F.coalesce(F.map_keys("before_image"), none)
+    )
+    seen = F.array(*[F.lit(c) for c in sorted(plan.seen)]) if plan.seen else none
+    return (
+        (F.col("kind") == C.KIND_CHANGE)
+        & (F.col("qualified_table") == plan.qualified)
+        & _group(F.col("source_format"), F.col("image_encoding"), F.col("value_schema")).isin(
+            *sorted(plan.groups)
+        )
+        & (F.size(F.array_except(columns, seen)) == 0)
+    )
 
 
 @dataclass
@@ -60,6 +125,10 @@ class TablePlan:
     # A new table's columns as its first message writes them, when the parsed images lost that
     # order (formats.contract.Format.IMAGE_PATHS).
     wire_order: list[str] = field(default_factory=list)
+    # What the plan was made from (for ``_fits``): each (format, encoding, schema) ``_group``,
+    # and every image column, also those ``column_list`` leaves out.
+    groups: set[str] = field(default_factory=set)
+    seen: set[str] = field(default_factory=set)
 
 
 def _evolve(plan: TablePlan, col: str, spec: ColumnSpec, prior_type: str | None) -> str | None:
@@ -173,6 +242,9 @@ def plan_tables(
                 )
             ).alias("columns"),
             F.min("sequence").alias("first_seen"),
+            F.first(
+                _group(F.col("source_format"), F.col("image_encoding"), F.col("value_schema"))
+            ).alias("group"),
         )
         .orderBy("first_seen")
         .collect()
@@ -187,6 +259,8 @@ def plan_tables(
             plan = plans[qualified] = TablePlan(name, qualified, [], {})
         if g["image_encoding"] == "hbase":
             plan.hbase = True
+        plan.groups.add(g["group"])
+        plan.seen.update(g["columns"] or [])
         if qualified not in (known or {}) and not plan.wire_order:
             plan.wire_order = _wire_order(changes, g)
         known_types = (known or {}).get(qualified, ([], {}))[1]
@@ -251,6 +325,35 @@ def plan_tables(
     return plans
 
 
+def predict_plans(
+    raw: DataFrame,
+    source: SourceConfig,
+    key_override: list[str] | None = None,
+    types_override: dict[str, str] | None = None,
+    known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
+) -> list[TablePlan]:
+    """Plans of the tables a batch's first messages change (``SAMPLE_ROWS``; at most
+    ``MAX_TYPED_TABLES``, in the order they appear), for the parse to type their rows in its
+    own pass. Tables that cannot be applied, or whose schema changes incompatibly, are left
+    to the plan of the whole batch."""
+    sample = parse_messages(raw.limit(SAMPLE_ROWS), source)
+    changes = sample.where(F.col("kind") == C.KIND_CHANGE)
+    plans = plan_tables(changes, source, key_override, types_override, known)
+    usable = [p for p in plans.values() if not p.problem and not p.bad_schemas]
+    return usable[:MAX_TYPED_TABLES]
+
+
+def joined_plan(typed: TablePlan, rest: TablePlan | None) -> TablePlan:
+    """The plan of a table whose rows were typed in the parse by ``typed`` and afterwards by
+    ``rest`` (planned with ``typed``'s types as the table's): ``typed``'s columns, then the new
+    ones; a type ``rest`` widened is the wider."""
+    if rest is None:
+        return typed
+    joined = TablePlan(**{**vars(rest), "key": typed.key, "specs": {**typed.specs, **rest.specs}})
+    joined.typed_columns = typed.typed_columns | rest.typed_columns
+    return joined
+
+
 def _typed_image(image: str, plan: TablePlan) -> Column:
     img = F.col(image)
     return F.when(
@@ -259,12 +362,12 @@ def _typed_image(image: str, plan: TablePlan) -> Column:
     )
 
 
-def _first_problem(plan: TablePlan) -> Column:
+def _first_problem(plan: TablePlan, before: Column, after: Column) -> Column:
     """Why a typed change cannot be applied (null if it can): null key or undecodable value."""
     checks: list[tuple[Column, Column]] = [
         (F.xxhash64("value_schema") == F.lit(h), F.lit(why)) for h, why in plan.bad_schemas.items()
     ]
-    key_image = F.when(F.col("op") == C.DELETE, F.col("before")).otherwise(F.col("after"))
+    key_image = F.when(F.col("op") == C.DELETE, before).otherwise(after)
     for k in plan.key:
         checks.append(
             (
@@ -272,14 +375,14 @@ def _first_problem(plan: TablePlan) -> Column:
                 F.lit(f"primary key column {k!r} is null"),
             )
         )
-    for image in ("before", "after"):
+    for name, image in (("before", before), ("after", after)):
         for c, spec in plan.specs.items():
-            wire = F.col(f"{image}_image")[c]
+            wire = F.col(f"{name}_image")[c]
             checks.append(
                 (
-                    wire.isNotNull() & F.col(image)[c].isNull(),
+                    wire.isNotNull() & image[c].isNull(),
                     F.concat(
-                        F.lit(f"type mismatch: {image}.{c} = "),
+                        F.lit(f"type mismatch: {name}.{c} = "),
                         F.substring(wire, 1, 80),
                         F.lit(f" is not {spec.type}"),
                     ),
@@ -290,6 +393,65 @@ def _first_problem(plan: TablePlan) -> Column:
         if checks
         else F.lit(None)
     )
+
+
+def _with_typed_parts(frame: DataFrame, plan: TablePlan, name: str, where: Column) -> DataFrame:
+    """``frame`` plus column ``name``, null where ``where`` is not true: a change's typed parts
+    under ``plan`` (``key``, ``before``, ``after``, ``after_columns``: which columns a partial
+    after image carries, null for a full one; ``reason``: why it cannot be applied)."""
+    b, a = f"{name}_before", f"{name}_after"
+    frame = frame.withColumns(
+        {b: F.when(where, _typed_image("before_image", plan)),
+         a: F.when(where, _typed_image("after_image", plan))}
+    )  # fmt: skip
+    key_image = F.when(F.col("op") == C.DELETE, F.col(b)).otherwise(F.col(a))
+    parts = F.struct(
+        F.struct(*[key_image[k].alias(k) for k in plan.key]).alias("key"),
+        F.col(b).alias("before"),
+        F.col(a).alias("after"),
+        F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
+        _first_problem(plan, F.col(b), F.col(a)).alias("reason"),
+    )
+    return frame.withColumn(name, F.when(where, parts)).drop(b, a)
+
+
+def typed_records(frame: DataFrame, name: str, plan: TablePlan, final: TablePlan) -> DataFrame:
+    """The change-log columns, ``reason``, and what a quarantine row needs besides (``raw_key``
+    and ``value`` on rejected rows only), from the typed parts in column ``name`` (made with
+    ``plan``), in ``final``'s columns and types (a column ``plan`` lacks is null)."""
+    parts = F.col(name)
+
+    def typed(image: str) -> Column:
+        got = parts[image]
+        if final.specs == plan.specs:
+            return got
+        return F.when(
+            got.isNotNull(),
+            F.struct(*[_as(got, c, plan, final).alias(c) for c in final.specs]),
+        )
+
+    key = parts["key"]
+    if any(final.specs[k].type != plan.specs[k].type for k in plan.key):
+        key = F.struct(*[_as(key, k, plan, final).alias(k) for k in plan.key])
+    bad = parts["reason"].isNotNull()
+    return frame.select(
+        "op", "database", "schema", "table", key.alias("key"),
+        typed("before").alias("before"), typed("after").alias("after"),
+        parts["after_columns"].alias("after_columns"),
+        "sequence", "event_time", "tx_id", "source_format",
+        "topic", "partition", "offset", "file", "line", "ingest_date",
+        parts["reason"].alias("reason"), "timestamp", "qualified_table",
+        F.when(bad, F.col("key")).alias("raw_key"), F.when(bad, F.col("value")).alias("value"),
+    )  # fmt: skip
+
+
+def _as(struct: Column, column: str, plan: TablePlan, final: TablePlan) -> Column:
+    """A field of a struct typed by ``plan``, in ``final``'s type (null when ``plan`` lacks it)."""
+    if column not in plan.specs:
+        return F.lit(None).cast(final.specs[column].type)
+    value = struct[column]
+    same = plan.specs[column].type == final.specs[column].type
+    return value if same else value.cast(final.specs[column].type)
 
 
 def rejected_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
@@ -303,24 +465,8 @@ def to_quarantine(rows: DataFrame) -> DataFrame:
 
 
 def type_changes(changes: DataFrame, plan: TablePlan) -> DataFrame:
-    """One pass for the change log and its rejects: the change-log columns, ``reason``, and
-    what a quarantine row needs besides (``raw_key`` and ``value`` on rejected rows only)."""
+    """``typed_records`` of a table's changes, typed from their wire images by ``plan``."""
     rows = changes.where(F.col("qualified_table") == plan.qualified)
-    typed = (
-        rows.withColumn("before", _typed_image("before_image", plan))
-        .withColumn("after", _typed_image("after_image", plan))
-        .withColumn("reason", _first_problem(plan))
+    return typed_records(
+        _with_typed_parts(rows, plan, "__parts", F.lit(True)), "__parts", plan, plan
     )
-    key_image = F.when(F.col("op") == C.DELETE, F.col("before")).otherwise(F.col("after"))
-    bad = F.col("reason").isNotNull()
-    return typed.select(
-        "op", "database", "schema", "table",
-        F.struct(*[key_image[k].alias(k) for k in plan.key]).alias("key"),
-        "before", "after",
-        # Which columns a partial after image carries (null: a full image).
-        F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
-        "sequence", "event_time", "tx_id", "source_format",
-        "topic", "partition", "offset", "file", "line", "ingest_date",
-        "reason", "timestamp", "qualified_table",
-        F.when(bad, F.col("key")).alias("raw_key"), F.when(bad, F.col("value")).alias("value"),
-    )  # fmt: skip

@@ -188,6 +188,18 @@ class SplitChanges:
     quarantine: DataFrame
 
 
+def known_tables(
+    warehouse: Path, source: SourceConfig
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Key and image column types of the tables already in ``source``'s change logs, by
+    qualified name."""
+    return {
+        st["qualified"]: (st["key"], lake.image_types(uri))
+        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
+        if "key" in (st := lake.state(uri))
+    }
+
+
 def split_parsed(
     warehouse: Path,
     source: SourceConfig,
@@ -195,34 +207,55 @@ def split_parsed(
     staging: lake.Staging,
     key_override: list[str] | None = None,
     types_override: dict[str, str] | None = None,
+    typed: list[normalize.TablePlan] | None = None,
 ) -> SplitChanges:
     """Plan, key and type the change records of ``parsed`` per table (keys and types already in
     the warehouse's change logs are kept); everything that fails goes to the quarantine rows.
-    Each table's typed records are computed once (kept in ``staging``)."""
+
+    ``typed``: the plans ``parsed`` was made with (``normalize.parse_messages``), whose rows it
+    typed already; only the other changes are planned and typed here, each table once (kept in
+    ``staging``)."""
+    typed = typed or []
     changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-    known = {
-        st["qualified"]: (st["key"], lake.image_types(uri))
-        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
-        if "key" in (st := lake.state(uri))
-    }
+    known = known_tables(warehouse, source)
+    if typed:
+        changes = changes.where(F.col(normalize.TYPED).isNull())
+        for p in typed:  # the rest of a typed table is typed as the table it joins
+            types = known.get(p.qualified, ([], {}))[1]
+            known[p.qualified] = (p.key, {**types, **{c: s.type for c, s in p.specs.items()}})
     plans = normalize.plan_tables(changes, source, key_override, types_override, known)
     quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
     split = SplitChanges([], parsed.limit(0))
+
+    def add(plan: normalize.TablePlan, records: DataFrame) -> None:
+        # The rows with a reason are the table's rejects.
+        bad = records.where(F.col("reason").isNotNull()).drop("key")
+        quarantine.append(
+            bad.withColumnRenamed("raw_key", "key").select(*normalize.QUARANTINE_COLUMNS)
+        )
+        data = records.where(F.col("reason").isNull()).drop(
+            "reason", "timestamp", "qualified_table", "raw_key", "value"
+        )
+        split.tables.append((plan, data))
+
+    for i, plan in enumerate(typed):
+        rest = plans.pop(plan.qualified, None)
+        if rest is not None and rest.problem:
+            quarantine.append(normalize.rejected_table(changes, rest))
+            rest = None
+        final = normalize.joined_plan(plan, rest)
+        fitted = parsed.where(F.col(normalize.TYPED) == i)
+        records = normalize.typed_records(fitted, normalize.typed_parts(i), plan, final)
+        if rest is not None:
+            records = records.unionByName(staging.keep(normalize.type_changes(changes, final)))
+        add(final, records)
     for plan in plans.values():
         if plan.problem:
             # No key: nothing of it can be applied; its rows wait in quarantine.
             quarantine.append(normalize.rejected_table(changes, plan))
             continue
-        # One pass types the table's changes (kept for both outputs); the rows with a reason
-        # are its rejects.
-        typed = staging.keep(normalize.type_changes(changes, plan))
-        bad = typed.where(F.col("reason").isNotNull()).drop("key")
-        bad = bad.withColumnRenamed("raw_key", "key")
-        quarantine.append(bad.select(*normalize.QUARANTINE_COLUMNS))
-        data = typed.where(F.col("reason").isNull()).drop(
-            "reason", "timestamp", "qualified_table", "raw_key", "value"
-        )
-        split.tables.append((plan, data))
+        # One pass types the table's changes (kept for both outputs).
+        add(plan, staging.keep(normalize.type_changes(changes, plan)))
     split.quarantine = functools.reduce(
         lambda a, b: a.unionByName(b, allowMissingColumns=True), quarantine
     )
@@ -251,12 +284,16 @@ def _normalize(
     result = NormalizeResult()
     staging = lake.Staging(warehouse)
     try:
-        parsed = staging.keep(normalize.parse_messages(raw, source))
+        known = known_tables(warehouse, source)
+        typed = normalize.predict_plans(raw, source, key_override, types_override, known)
+        parsed = staging.keep(normalize.parse_messages(raw, source, typed))
         kinds = {r["kind"]: r["count"] for r in parsed.groupBy("kind").count().collect()}
         result.messages = sum(kinds.values())
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
-        split = split_parsed(warehouse, source, parsed, staging, key_override, types_override)
+        split = split_parsed(
+            warehouse, source, parsed, staging, key_override, types_override, typed
+        )
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})
