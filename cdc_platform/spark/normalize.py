@@ -221,7 +221,8 @@ def plan_tables(
     ``known``: key and image column types of tables already in the change log, by qualified
     name, for batches that do not name them (e.g. one holding only a truncate).
     """
-    groups = (
+    # A few rows (one per table and schema): sorted here, which spares Spark a sampling job.
+    found = (
         changes.groupBy(
             "qualified_table",
             "source_format",
@@ -246,9 +247,9 @@ def plan_tables(
                 _group(F.col("source_format"), F.col("image_encoding"), F.col("value_schema"))
             ).alias("group"),
         )
-        .orderBy("first_seen")
         .collect()
     )
+    groups = sorted(found, key=lambda g: g["first_seen"])
     plans: dict[str, TablePlan] = {}
     for g in groups:
         qualified = g["qualified_table"]

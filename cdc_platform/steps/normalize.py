@@ -208,13 +208,14 @@ def split_parsed(
     key_override: list[str] | None = None,
     types_override: dict[str, str] | None = None,
     typed: list[normalize.TablePlan] | None = None,
+    rest: bool = True,
 ) -> SplitChanges:
     """Plan, key and type the change records of ``parsed`` per table (keys and types already in
     the warehouse's change logs are kept); everything that fails goes to the quarantine rows.
 
     ``typed``: the plans ``parsed`` was made with (``normalize.parse_messages``), whose rows it
     typed already; only the other changes are planned and typed here, each table once (kept in
-    ``staging``)."""
+    ``staging``). ``rest``: false when there are none (then nothing is planned)."""
     typed = typed or []
     changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
     known = known_tables(warehouse, source)
@@ -223,7 +224,9 @@ def split_parsed(
         for p in typed:  # the rest of a typed table is typed as the table it joins
             types = known.get(p.qualified, ([], {}))[1]
             known[p.qualified] = (p.key, {**types, **{c: s.type for c, s in p.specs.items()}})
-    plans = normalize.plan_tables(changes, source, key_override, types_override, known)
+    plans = (
+        normalize.plan_tables(changes, source, key_override, types_override, known) if rest else {}
+    )
     quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
     split = SplitChanges([], parsed.limit(0))
 
@@ -287,12 +290,17 @@ def _normalize(
         known = known_tables(warehouse, source)
         typed = normalize.predict_plans(raw, source, key_override, types_override, known)
         parsed = staging.keep(normalize.parse_messages(raw, source, typed))
-        kinds = {r["kind"]: r["count"] for r in parsed.groupBy("kind").count().collect()}
+        untyped = F.col(normalize.TYPED).isNull() if typed else F.lit(True)
+        counts = parsed.groupBy("kind", untyped.alias("untyped")).count().collect()
+        kinds: dict[str, int] = {}
+        for r in counts:
+            kinds[r["kind"]] = kinds.get(r["kind"], 0) + r["count"]
+        rest = any(r["untyped"] and r["kind"] == C.KIND_CHANGE for r in counts)
         result.messages = sum(kinds.values())
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
         split = split_parsed(
-            warehouse, source, parsed, staging, key_override, types_override, typed
+            warehouse, source, parsed, staging, key_override, types_override, typed, rest
         )
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
