@@ -242,14 +242,14 @@ def split_parsed(
         split.tables.append((plan, data))
 
     for i, plan in enumerate(typed):
-        rest = plans.pop(plan.qualified, None)
-        if rest is not None and rest.problem:
-            quarantine.append(normalize.rejected_table(changes, rest))
-            rest = None
-        final = normalize.joined_plan(plan, rest)
+        later = plans.pop(plan.qualified, None)  # the plan of its rows the parse did not type
+        if later is not None and later.problem:
+            quarantine.append(normalize.rejected_table(changes, later))
+            later = None
+        final = normalize.joined_plan(plan, later)
         fitted = parsed.where(F.col(normalize.TYPED) == i)
         records = normalize.typed_records(fitted, normalize.typed_parts(i), plan, final)
-        if rest is not None:
+        if later is not None:
             records = records.unionByName(staging.keep(normalize.type_changes(changes, final)))
         add(final, records)
     for plan in plans.values():
