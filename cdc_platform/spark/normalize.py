@@ -92,18 +92,22 @@ def _group(source_format: Column, image_encoding: Column, value_schema: Column) 
 def _fits(plan: "TablePlan") -> Column:
     """True for a change of ``plan``'s table that its types cover: a format, encoding and message
     schema the plan was made from, and only columns it has seen."""
-    none = F.array().cast("array<string>")
-    columns = F.array_union(
-        F.coalesce(F.map_keys("after_image"), none), F.coalesce(F.map_keys("before_image"), none)
-    )
-    seen = F.array(*[F.lit(c) for c in sorted(plan.seen)]) if plan.seen else none
+    seen = F.array(*[F.lit(c) for c in sorted(plan.seen)]).cast("array<string>")
     return (
         (F.col("kind") == C.KIND_CHANGE)
         & (F.col("qualified_table") == plan.qualified)
         & _group(F.col("source_format"), F.col("image_encoding"), F.col("value_schema")).isin(
             *sorted(plan.groups)
         )
-        & (F.size(F.array_except(columns, seen)) == 0)
+        & (F.size(F.array_except(_image_columns(), seen)) == 0)
+    )
+
+
+def _image_columns() -> Column:
+    """The columns a change's images name (before's and after's)."""
+    none = F.array().cast("array<string>")
+    return F.array_union(
+        F.coalesce(F.map_keys("after_image"), none), F.coalesce(F.map_keys("before_image"), none)
     )
 
 
@@ -232,16 +236,7 @@ def plan_tables(
         .agg(
             F.first("value_schema", ignorenulls=True).alias("value_schema"),
             F.collect_set("key_columns").alias("keys"),
-            F.array_distinct(
-                F.flatten(
-                    F.collect_set(
-                        F.array_union(
-                            F.coalesce(F.map_keys("after_image"), F.array().cast("array<string>")),
-                            F.coalesce(F.map_keys("before_image"), F.array().cast("array<string>")),
-                        )
-                    )
-                )
-            ).alias("columns"),
+            F.array_distinct(F.flatten(F.collect_set(_image_columns()))).alias("columns"),
             F.min("sequence").alias("first_seen"),
             F.first(
                 _group(F.col("source_format"), F.col("image_encoding"), F.col("value_schema"))

@@ -209,16 +209,18 @@ def split_parsed(
     types_override: dict[str, str] | None = None,
     typed: list[normalize.TablePlan] | None = None,
     rest: bool = True,
+    known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
 ) -> SplitChanges:
     """Plan, key and type the change records of ``parsed`` per table (keys and types already in
     the warehouse's change logs are kept); everything that fails goes to the quarantine rows.
 
     ``typed``: the plans ``parsed`` was made with (``normalize.parse_messages``), whose rows it
     typed already; only the other changes are planned and typed here, each table once (kept in
-    ``staging``). ``rest``: false when there are none (then nothing is planned)."""
+    ``staging``). ``rest``: false when there are none (then nothing is planned). ``known``:
+    ``known_tables`` when the caller has read it already."""
     typed = typed or []
     changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-    known = known_tables(warehouse, source)
+    known = dict(known_tables(warehouse, source) if known is None else known)
     if typed:
         changes = changes.where(F.col(normalize.TYPED).isNull())
         for p in typed:  # the rest of a typed table is typed as the table it joins
@@ -300,7 +302,7 @@ def _normalize(
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
         split = split_parsed(
-            warehouse, source, parsed, staging, key_override, types_override, typed, rest
+            warehouse, source, parsed, staging, key_override, types_override, typed, rest, known
         )
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
