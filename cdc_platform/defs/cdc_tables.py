@@ -20,6 +20,7 @@ from cdc_platform.defs.metadata import (
     delta_metadata,
     freshness_metadata,
     preview,
+    profiled,
 )
 from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
@@ -29,6 +30,7 @@ from cdc_platform.steps.history import update_history
 from cdc_platform.steps.ingest import ingest_landing
 from cdc_platform.steps.merge import current_rows, merge_current
 from cdc_platform.steps.normalize import normalize_new, normalize_source, routed_tables
+from cdc_platform.timings import phase
 
 # Every partitioned asset of a chain gets the same policy, or Dagster falls back to one
 # partition per run.
@@ -54,29 +56,33 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
         ),
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-        # A sensor run ingests the files raw does not hold as they are now; any other run (a
-        # backfill, a manual materialization) replaces its dates whole.
-        incremental = context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL
-        result = ingest_landing(
-            lake.warehouse_path,
-            source.name,
-            lake.landing_for(source.name),
-            context.partition_keys,
-            whole_date=not incremental,
-        )
-        uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
-        add_partition_row_counts(context, uri)
-        return dg.MaterializeResult(
-            metadata={
-                "messages_by_date": result.messages,
-                "files_ingested": len(result.files),
-                "files": dg.MetadataValue.json(
-                    [{"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns} for f in result.files]
-                ),
-                "dates_replaced": dg.MetadataValue.json(result.replaced_dates),
-                **delta_metadata(uri),
-            }
-        )
+        with profiled(context):
+            # A sensor run ingests the files raw does not hold as they are now; any other run (a
+            # backfill, a manual materialization) replaces its dates whole.
+            incremental = context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL
+            result = ingest_landing(
+                lake.warehouse_path,
+                source.name,
+                lake.landing_for(source.name),
+                context.partition_keys,
+                whole_date=not incremental,
+            )
+            uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+            add_partition_row_counts(context, uri)
+            return dg.MaterializeResult(
+                metadata={
+                    "messages_by_date": result.messages,
+                    "files_ingested": len(result.files),
+                    "files": dg.MetadataValue.json(
+                        [
+                            {"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns}
+                            for f in result.files
+                        ]
+                    ),
+                    "dates_replaced": dg.MetadataValue.json(result.replaced_dates),
+                    **delta_metadata(uri),
+                }
+            )
 
     return raw
 
@@ -143,82 +149,87 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
         backfill_policy=SINGLE_RUN,
     )
     def changelog(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource):
-        if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
-            # A sensor run of a Kafka source: only the raw batches not normalized yet.
-            result = normalize_new(spark.spark_session, lake.warehouse_path, source)
-        else:
-            result = normalize_source(
-                spark.spark_session, lake.warehouse_path, source, context.partition_keys
-            )
-        known = {t.name for t in tables}
-        new_tables = sorted(t.qualified for t in result.tables.values() if t.name not in known)
-        if new_tables:
-            context.log.warning(
-                f"routed tables without assets yet: {', '.join(new_tables)}; reload the code "
-                "location (Reload definitions) to see their assets"
-            )
+        with profiled(context):
+            with phase("spark.session"):
+                spark.spark_session  # noqa: B018  (built on first use: timed apart)
+            if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
+                # A sensor run of a Kafka source: only the raw batches not normalized yet.
+                result = normalize_new(spark.spark_session, lake.warehouse_path, source)
+            else:
+                result = normalize_source(
+                    spark.spark_session, lake.warehouse_path, source, context.partition_keys
+                )
+            known = {t.name for t in tables}
+            new_tables = sorted(t.qualified for t in result.tables.values() if t.name not in known)
+            if new_tables:
+                context.log.warning(
+                    f"routed tables without assets yet: {', '.join(new_tables)}; reload the code "
+                    "location (Reload definitions) to see their assets"
+                )
 
-        def counted(layer: str, table: str | None = None) -> tuple[dg.AssetKey, str]:
-            """An output's key and Delta table, whose partitions of the run get their row counts
-            (rows_by_op and the other counts below are the run's)."""
-            key = asset_key(layer, source.name, table)
-            uri = delta.table_uri(lake.warehouse_path, layer, source.name, table)
-            add_partition_row_counts(context, uri, key)
-            return key, uri
+            def counted(layer: str, table: str | None = None) -> tuple[dg.AssetKey, str]:
+                """An output's key and Delta table, whose partitions of the run get their row
+                counts (rows_by_op and the other counts below are the run's)."""
+                key = asset_key(layer, source.name, table)
+                uri = delta.table_uri(lake.warehouse_path, layer, source.name, table)
+                with phase("metadata.delta"):
+                    add_partition_row_counts(context, uri, key)
+                return key, uri
 
-        for table in tables:
-            written = result.tables.get(table.name)
-            ops = written.ops if written else {}
-            key, uri = counted(delta.CHANGELOG, table.name)
+            for table in tables:
+                written = result.tables.get(table.name)
+                ops = written.ops if written else {}
+                key, uri = counted(delta.CHANGELOG, table.name)
+                yield dg.MaterializeResult(
+                    asset_key=key,
+                    metadata={
+                        "rows_by_op": dg.MetadataValue.json(ops),
+                        # The run's messages of the whole source that went to quarantine instead.
+                        "quarantined": result.quarantined,
+                        **_event_time(written.max_event_time if written else None),
+                        **freshness_metadata(
+                            freshness.changelog(lake.warehouse_path, source.name, table.name)
+                        ),
+                        **delta_metadata(uri),
+                        **({"preview": arrow_preview(written.sample)} if written else {}),
+                    },
+                )
+            for table in tables:
+                key, uri = counted(delta.DDL, table.name)
+                yield dg.MaterializeResult(
+                    asset_key=key,
+                    metadata={
+                        "ddl_statements": result.ddl_by_table.get(table.name, 0),
+                        **delta_metadata(uri),
+                    },
+                )
+            key, uri = counted(delta.CONTROL)
             yield dg.MaterializeResult(
                 asset_key=key,
                 metadata={
-                    "rows_by_op": dg.MetadataValue.json(ops),
-                    # The run's messages of the whole source that went to quarantine instead.
+                    "control_messages": result.control,
+                    **_event_time(result.max_control_time),
+                    **delta_metadata(uri),
+                },
+            )
+            key, uri = counted(delta.QUARANTINE)
+            yield dg.MaterializeResult(
+                asset_key=key,
+                metadata={
                     "quarantined": result.quarantined,
-                    **_event_time(written.max_event_time if written else None),
-                    **freshness_metadata(
-                        freshness.changelog(lake.warehouse_path, source.name, table.name)
-                    ),
-                    **delta_metadata(uri),
-                    **({"preview": arrow_preview(written.sample)} if written else {}),
-                },
-            )
-        for table in tables:
-            key, uri = counted(delta.DDL, table.name)
-            yield dg.MaterializeResult(
-                asset_key=key,
-                metadata={
-                    "ddl_statements": result.ddl_by_table.get(table.name, 0),
+                    "quarantined_by_reason": dg.MetadataValue.json(result.quarantine_reasons),
+                    "messages": result.messages,
+                    "control_messages": result.control,
+                    "ddl_messages": result.ddl,
+                    "new_routed_tables": dg.MetadataValue.json(new_tables),
                     **delta_metadata(uri),
                 },
             )
-        key, uri = counted(delta.CONTROL)
-        yield dg.MaterializeResult(
-            asset_key=key,
-            metadata={
-                "control_messages": result.control,
-                **_event_time(result.max_control_time),
-                **delta_metadata(uri),
-            },
-        )
-        key, uri = counted(delta.QUARANTINE)
-        yield dg.MaterializeResult(
-            asset_key=key,
-            metadata={
-                "quarantined": result.quarantined,
-                "quarantined_by_reason": dg.MetadataValue.json(result.quarantine_reasons),
-                "messages": result.messages,
-                "control_messages": result.control,
-                "ddl_messages": result.ddl,
-                "new_routed_tables": dg.MetadataValue.json(new_tables),
-                **delta_metadata(uri),
-            },
-        )
-        session, dates = spark.spark_session, context.partition_keys
-        yield from quality.changelog_check_results(
-            context, session, lake.warehouse_path, source, tables, dates, result.written
-        )
+            session, dates = spark.spark_session, context.partition_keys
+            with phase("checks"):
+                yield from quality.changelog_check_results(
+                    context, session, lake.warehouse_path, source, tables, dates, result.written
+                )
 
     return changelog
 
@@ -255,39 +266,46 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         spark: SparkResource,
         lake: LakeResource,
     ) -> dg.MaterializeResult:
-        session = spark.spark_session
-        merged = merge_current(
-            session,
-            lake.warehouse_path,
-            source.name,
-            table.name,
-            full_refresh=config.full_refresh,
-            options=table,
-        )
-        uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
-        rows = current_rows(session, lake.warehouse_path, source.name, table.name)
-        key = delta.state(uri).get("key", [])
-        return dg.MaterializeResult(
-            metadata={
-                "dagster/row_count": merged.rows,
-                "tombstones": merged.deleted_rows,
-                "merged_inserted": merged.inserted,
-                "merged_updated": merged.updated,
-                "made_live": merged.made_live,
-                "made_deleted": merged.made_dead,
-                "truncated_rows": merged.truncated,
-                "tombstones_purged": merged.tombstones_purged,
-                "changelog_version": merged.changelog_version,
-                **freshness_metadata(
-                    freshness.current(lake.warehouse_path, source.name, table.name)
-                ),
-                **delta_metadata(uri),
-                **({"preview": preview(rows, key)} if rows is not None else {}),
-            },
-            check_results=quality.current_check_results(
-                context, session, lake.warehouse_path, source, table, merged
-            ),
-        )
+        with profiled(context):
+            with phase("spark.session"):
+                session = spark.spark_session
+            merged = merge_current(
+                session,
+                lake.warehouse_path,
+                source.name,
+                table.name,
+                full_refresh=config.full_refresh,
+                options=table,
+            )
+            uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
+            with phase("metadata.preview"):
+                rows = current_rows(session, lake.warehouse_path, source.name, table.name)
+                key = delta.state(uri).get("key", [])
+                shown = {"preview": preview(rows, key)} if rows is not None else {}
+            with phase("metadata.delta"):
+                fresh = freshness.current(lake.warehouse_path, source.name, table.name)
+                described = delta_metadata(uri)
+            with phase("checks"):
+                checks = quality.current_check_results(
+                    context, session, lake.warehouse_path, source, table, merged
+                )
+            return dg.MaterializeResult(
+                metadata={
+                    "dagster/row_count": merged.rows,
+                    "tombstones": merged.deleted_rows,
+                    "merged_inserted": merged.inserted,
+                    "merged_updated": merged.updated,
+                    "made_live": merged.made_live,
+                    "made_deleted": merged.made_dead,
+                    "truncated_rows": merged.truncated,
+                    "tombstones_purged": merged.tombstones_purged,
+                    "changelog_version": merged.changelog_version,
+                    **freshness_metadata(fresh),
+                    **described,
+                    **shown,
+                },
+                check_results=checks,
+            )
 
     return current
 
@@ -309,21 +327,25 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         ),
     )
     def history(
-        config: RebuildConfig, spark: SparkResource, lake: LakeResource
+        context: dg.AssetExecutionContext,
+        config: RebuildConfig,
+        spark: SparkResource,
+        lake: LakeResource,
     ) -> dg.MaterializeResult:
-        built = update_history(
-            spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
-        )
-        uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
-        return dg.MaterializeResult(
-            metadata={
-                "dagster/row_count": built.rows,
-                "versions_written": built.versions_written,
-                "versions_removed": built.versions_removed,
-                "changelog_version": built.changelog_version,
-                **delta_metadata(uri),
-            }
-        )
+        with profiled(context):
+            built = update_history(
+                spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
+            )
+            uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
+            return dg.MaterializeResult(
+                metadata={
+                    "dagster/row_count": built.rows,
+                    "versions_written": built.versions_written,
+                    "versions_removed": built.versions_removed,
+                    "changelog_version": built.changelog_version,
+                    **delta_metadata(uri),
+                }
+            )
 
     return history
 

@@ -13,7 +13,7 @@ import dagster as dg
 
 from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata
+from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata, profiled
 from cdc_platform.defs.partitions import daily_partitions
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
@@ -51,31 +51,32 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
         ),
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-        uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
-        date = ingests(context.partition_keys)
-        if date is None:
-            context.log.info(
-                "raw of a Kafka source is append-only: past dates are not read from Kafka again "
-                "(the change log reprocesses them from raw)"
-            )
+        with profiled(context):
+            uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+            date = ingests(context.partition_keys)
+            if date is None:
+                context.log.info(
+                    "raw of a Kafka source is append-only: past dates are not read from Kafka "
+                    "again (the change log reprocesses them from raw)"
+                )
+                add_partition_row_counts(context, uri)
+                return dg.MaterializeResult(
+                    metadata={"ingested_records": 0, "ingested": "no (a past date)"}
+                    | delta_metadata(uri)
+                )
+            batch = kafka.ingest_kafka(lake.warehouse_path, source, date=date)
+            if batch.bounded:
+                context.log.info("the batch reached its bound; the sensor requests the next one")
             add_partition_row_counts(context, uri)
             return dg.MaterializeResult(
-                metadata={"ingested_records": 0, "ingested": "no (a past date)"}
-                | delta_metadata(uri)
+                metadata={
+                    "ingested_records": batch.records,
+                    "ingested_bytes": batch.bytes,
+                    "offsets": dg.MetadataValue.json(batch.offsets),
+                    "more_waiting": batch.bounded,
+                    **delta_metadata(uri),
+                }
             )
-        batch = kafka.ingest_kafka(lake.warehouse_path, source, date=date)
-        if batch.bounded:
-            context.log.info("the batch reached its bound; the sensor requests the next one")
-        add_partition_row_counts(context, uri)
-        return dg.MaterializeResult(
-            metadata={
-                "ingested_records": batch.records,
-                "ingested_bytes": batch.bytes,
-                "offsets": dg.MetadataValue.json(batch.offsets),
-                "more_waiting": batch.bounded,
-                **delta_metadata(uri),
-            }
-        )
 
     return raw
 

@@ -1,11 +1,29 @@
 """Materialization metadata built from what the pipeline steps return."""
 
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import dagster as dg
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from cdc_platform import lake
+from cdc_platform import lake, timings
 from cdc_platform.freshness import Freshness
+
+PROFILE_PREFIX = "seconds by phase: "
+
+
+@contextmanager
+def profiled(context: dg.AssetExecutionContext) -> Iterator[None]:
+    """Log where the step's wall time went (``timings``), as one line of the run's event log:
+    ``seconds by phase: {json}``, with ``step`` the whole body."""
+    start = time.perf_counter()
+    with timings.recorded() as seconds:
+        yield
+    seconds["step"] = time.perf_counter() - start
+    context.log.info(PROFILE_PREFIX + json.dumps(timings.rounded(seconds)))
 
 
 def table_schema(schema: pa.Schema) -> dg.TableSchema:

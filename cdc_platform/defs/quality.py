@@ -17,6 +17,7 @@ from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
 from cdc_platform.quality import docs, links, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
 from cdc_platform.steps.merge import MergeResult
+from cdc_platform.timings import phase
 
 SEVERITY = {suites.ERROR: dg.AssetCheckSeverity.ERROR, suites.WARN: dg.AssetCheckSeverity.WARN}
 
@@ -116,7 +117,8 @@ def _publish(
         for key, run in runs
     ]
     try:
-        pages = docs.publish(subjects, reports)
+        with phase("checks/data_docs"):
+            pages = docs.publish(subjects, reports)
     except OSError as e:
         context.log.warning(f"data docs not written: {e}")
         return {}

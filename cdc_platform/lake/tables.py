@@ -121,13 +121,22 @@ def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
 
 
 def state(uri: str) -> dict[str, Any]:
-    """The newest ``cdc.state`` commit metadata of a table ({} if none)."""
+    """The newest ``cdc.state`` commit metadata of a table ({} if none).
+
+    Read from the newest commits back, a few at a time: the state rides in nearly every commit,
+    and a table gains commits all day (a run adds some), so reading its whole history would
+    cost more with every run."""
     if not exists(uri):
         return {}
-    for commit in DeltaTable(uri).history():
-        if STATE_KEY in commit:
-            return json.loads(commit[STATE_KEY])
-    return {}
+    dt, limit = DeltaTable(uri), 4
+    while True:
+        commits = dt.history(limit)
+        for commit in commits:
+            if STATE_KEY in commit:
+                return json.loads(commit[STATE_KEY])
+        if len(commits) < limit:
+            return {}
+        limit *= 16
 
 
 def image_types(uri: str) -> dict[str, str]:

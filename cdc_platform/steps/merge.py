@@ -16,6 +16,7 @@ from cdc_platform.catalog import TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.spark import apply, history
 from cdc_platform.spark.session import PERSIST_LEVEL
+from cdc_platform.timings import phase
 
 
 @dataclass(kw_only=True)
@@ -125,8 +126,9 @@ def merge_current(
         )
     new_files = removed_files = None
     if applied is not None:
-        new_files = lake.files_added_since(cl_uri, applied)
-        removed_files = lake.files_removed_since(cl_uri, applied)
+        with phase("merge.find_changes"):
+            new_files = lake.files_added_since(cl_uri, applied)
+            removed_files = lake.files_removed_since(cl_uri, applied)
     batch = lake.read(spark, cl_uri, only_files=new_files)
     removed = lake.read(spark, cl_uri, only_files=removed_files) if removed_files else None
     if applied is not None and (
@@ -136,11 +138,13 @@ def merge_current(
         # partition took a truncate away: only a rebuild from the whole change log is exact.
         full_refresh, state, applied, removed = True, {}, None, None
         batch = lake.read(spark, cl_uri)
-    truncate = apply.latest_truncate(batch)
+    with phase("merge.truncates"):
+        truncate = apply.latest_truncate(batch)
     truncated_before = max(filter(None, [state.get("truncated_before"), truncate]), default=None)
     new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
     merging = lake.exists(cur_uri) and not full_refresh
-    live_before = _live_counts(spark, cur_uri)[0] if merging else 0
+    with phase("merge.live_before"):
+        live_before = _live_counts(spark, cur_uri)[0] if merging else 0
     truncated = truncated_live = 0
     if truncate and truncate == truncated_before and merging:
         truncated_live = (
@@ -165,16 +169,18 @@ def merge_current(
         newest = apply.without_working_columns(newest)
     newest = newest.persist(PERSIST_LEVEL)
     try:
-        made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
+        with phase("merge.live_effect"):
+            made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
         if full_refresh:
             rows = newest.drop(apply.PARTIAL_COL)
             n = rows.count()
             lake.replace(rows, cur_uri, new_state, key=key, rows=n)
             metrics = {"num_target_rows_inserted": n, "num_target_rows_updated": 0}
         else:
-            metrics = lake.upsert_newer(
-                spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
-            )
+            with phase("merge.upsert"):
+                metrics = lake.upsert_newer(
+                    spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
+                )
     finally:
         newest.unpersist()
     purged = 0
@@ -188,7 +194,8 @@ def merge_current(
             F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff)),
             new_state,
         )
-    live, deleted = _live_counts(spark, cur_uri)
+    with phase("merge.live_after"):
+        live, deleted = _live_counts(spark, cur_uri)
     return MergeResult(
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
         updated=int(metrics.get("num_target_rows_updated", 0)),

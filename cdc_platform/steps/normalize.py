@@ -21,6 +21,7 @@ from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.lake import landing_files
 from cdc_platform.spark import normalize
+from cdc_platform.timings import phase
 
 PREVIEW_ROWS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -132,17 +133,20 @@ def normalize_new(
         steps.append((finished, upto))
     before = {uri: lake.version(uri) for uri in outputs}
     for low, high in steps:
-        raw = lake.read(spark, raw_uri, only_files=lake.files_between(raw_uri, low, high))
-        # Re-ingested landing files (grown, rewritten): their old change records go first.
-        replaced = landing_files.replaced_names(raw_uri, low, high)
-        for uri in _normalize_outputs(warehouse, source) if replaced else []:
-            _delete_landing_rows(spark, uri, replaced, high)
+        with phase("normalize.find_raw"):
+            raw = lake.read(spark, raw_uri, only_files=lake.files_between(raw_uri, low, high))
+            # Re-ingested landing files (grown, rewritten): their old change records go first.
+            replaced = landing_files.replaced_names(raw_uri, low, high)
+        with phase("normalize.delete_replaced"):
+            for uri in _normalize_outputs(warehouse, source) if replaced else []:
+                _delete_landing_rows(spark, uri, replaced, high)
         result.add(
             _normalize(spark, warehouse, source, raw, high, None, key_override, types_override)
         )
-    result.written = {raw_uri: lake.files_between(raw_uri, first, upto)} if steps else {}
-    for uri in _normalize_outputs(warehouse, source):
-        result.written[uri] = lake.files_between(uri, before.get(uri), lake.version(uri))
+    with phase("normalize.written_files"):
+        result.written = {raw_uri: lake.files_between(raw_uri, first, upto)} if steps else {}
+        for uri in _normalize_outputs(warehouse, source):
+            result.written[uri] = lake.files_between(uri, before.get(uri), lake.version(uri))
     return result
 
 
@@ -289,11 +293,14 @@ def _normalize(
     result = NormalizeResult()
     staging = lake.Staging(warehouse)
     try:
-        known = known_tables(warehouse, source)
-        typed = normalize.predict_plans(raw, source, key_override, types_override, known)
-        parsed = staging.keep(normalize.parse_messages(raw, source, typed))
+        with phase("normalize.predict_plans"):
+            known = known_tables(warehouse, source)
+            typed = normalize.predict_plans(raw, source, key_override, types_override, known)
+        with phase("normalize.parse"):
+            parsed = staging.keep(normalize.parse_messages(raw, source, typed))
         untyped = F.col(normalize.TYPED).isNull() if typed else F.lit(True)
-        counts = parsed.groupBy("kind", untyped.alias("untyped")).count().collect()
+        with phase("normalize.count_kinds"):
+            counts = parsed.groupBy("kind", untyped.alias("untyped")).count().collect()
         kinds: dict[str, int] = {}
         for r in counts:
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + r["count"]
@@ -301,15 +308,21 @@ def _normalize(
         result.messages = sum(kinds.values())
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
-        split = split_parsed(
-            warehouse, source, parsed, staging, key_override, types_override, typed, rest, known
-        )
+        with phase("normalize.split"):
+            split = split_parsed(
+                warehouse, source, parsed, staging, key_override, types_override, typed, rest, known
+            )
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})
-            version = write(uri, data, {lake.STATE_KEY: state})
-            ops = data.groupBy("op").agg(F.count("*").alias("n"), _newest("event_time").alias("t"))
-            counts = ops.collect()
+            with phase("write.changelog"):
+                version = write(uri, data, {lake.STATE_KEY: state})
+            with phase("normalize.changelog_stats"):
+                ops = data.groupBy("op").agg(
+                    F.count("*").alias("n"), _newest("event_time").alias("t")
+                )
+                counts = ops.collect()
+                sample = data.limit(PREVIEW_ROWS).toArrow()
             result.tables[plan.name] = TableChanges(
                 name=plan.name,
                 qualified=plan.qualified,
@@ -317,7 +330,7 @@ def _normalize(
                 ops={r["op"]: r["n"] for r in counts},
                 version=version,
                 max_event_time=_utc(max((r["t"] for r in counts if r["t"]), default=None)),
-                sample=data.limit(PREVIEW_ROWS).toArrow(),
+                sample=sample,
             )
         if dates is not None:
             # A table the reprocessed dates no longer hold keeps no stale rows for them.
@@ -333,13 +346,18 @@ def _normalize(
                         ops={},
                         version=version,
                     )
-        result.ddl_by_table = _write_ddl_log(spark, warehouse, source, parsed, write, dates is None)
+        with phase("write.ddl"):
+            result.ddl_by_table = _write_ddl_log(
+                spark, warehouse, source, parsed, write, dates is None
+            )
         control = normalize.control_records(parsed)
-        write(lake.table_uri(warehouse, lake.CONTROL, source.name), control)
-        result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
+        with phase("write.control"):
+            write(lake.table_uri(warehouse, lake.CONTROL, source.name), control)
+            result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
         # Last: its recorded raw version is where the next incremental run starts.
-        write(lake.table_uri(warehouse, lake.QUARANTINE, source.name), split.quarantine)
-        reasons = split.quarantine.groupBy("reason").count().collect()
+        with phase("write.quarantine"):
+            write(lake.table_uri(warehouse, lake.QUARANTINE, source.name), split.quarantine)
+            reasons = split.quarantine.groupBy("reason").count().collect()
         result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
     finally:

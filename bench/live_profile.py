@@ -1,0 +1,216 @@
+"""Where a live run's time goes, and what it costs as `fixed + per_event x events`.
+
+Starts what `make demo` starts (bench/latency.py's `DemoStack`, on a temporary folder): the
+embedded broker, the Spark Connect server and `dagster dev` with the demo's run queue, on a catalog
+with one Debezium landing source and one Debezium Kafka source. For each batch size (default 1,
+1,000, 10,000, 100,000), for each source, it appends that many inserts of new keys, waits until
+they are all live in the current table, and reads the run that carried them from the Dagster
+instance's event log:
+
+- `request -> start`: the sensor's request to the run's start (queue, launch, code location load);
+- each step's time (`raw`, `changelog` with its checks, `current` with its checks);
+- each step's phases, as the step logged them (`seconds by phase`, `cdc_platform.timings`).
+
+Then it fits `request -> success = fixed + per_event x events` over the sizes (least squares) and
+prints the phase table of the largest batch per source, largest phases first.
+
+    .venv/bin/python bench/live_profile.py [--sizes 1,1000,10000,100000] [--sources files,kafka]
+        [--warmup 1000] [--keep]
+"""
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from latency import (  # noqa: E402  (bench/ is not a package)
+    FILES,
+    IN_FLIGHT,
+    KAFKA,
+    QUEUED,
+    DemoStack,
+    StackError,
+    append_files,
+    append_kafka,
+    check_prerequisites,
+    create_topic,
+    demo_settings,
+    free_port,
+    install_signal_handlers,
+    visible,
+    write_catalog,
+)
+
+PROFILE_PREFIX = "seconds by phase: "  # cdc_platform.defs.metadata.PROFILE_PREFIX
+
+
+def run_profile(home: Path, run_id: str) -> dict:
+    """A finished run's request, start and end times, step times and logged phases."""
+    from dagster import DagsterEventType, DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        run = instance.get_run_record_by_id(run_id)
+        stats = instance.get_run_stats(run_id)
+        steps: dict[str, dict] = {}
+        for s in instance.get_run_step_stats(run_id):
+            steps[s.step_key] = {"seconds": (s.end_time or 0) - (s.start_time or 0)}
+        for entry in instance.all_logs(run_id):
+            message = entry.user_message or ""
+            if entry.step_key and PROFILE_PREFIX in message:
+                phases = json.loads(message.split(PROFILE_PREFIX, 1)[1])
+                steps.setdefault(entry.step_key, {})["phases"] = phases
+        started = [
+            e.timestamp for e in instance.all_logs(run_id, of_type=DagsterEventType.RUN_START)
+        ]
+    return {
+        "requested": run.create_timestamp.timestamp(),
+        "started": started[0] if started else stats.start_time,
+        "ended": stats.end_time,
+        "status": run.dagster_run.status.value,
+        "steps": steps,
+    }
+
+
+def runs_of(stack: DemoStack, source: str, since: float) -> list[dict]:
+    return [
+        r
+        for r in stack.runs()
+        if r["jobName"] == f"{source}__ingest" and r["creationTime"] >= since
+    ]
+
+
+def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares of seconds = fixed + per_event x events."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    return my - slope * mx, slope
+
+
+def short(step_key: str, source: str) -> str:
+    return "/".join(p for p in step_key.split("__") if p != source)
+
+
+def print_run(kind: str, events: int, prof: dict, source: str) -> None:
+    total = prof["ended"] - prof["requested"]
+    launch = prof["started"] - prof["requested"]
+    steps = ", ".join(
+        f"{short(k, source)} {v.get('seconds', 0):.2f}" for k, v in prof["steps"].items()
+    )
+    print(f"  {kind:<5} {events:>7} events: request->success {total:6.2f} s "
+          f"(request->start {launch:5.2f} s) [{steps}]", flush=True)  # fmt: skip
+
+
+def print_phases(kind: str, events: int, prof: dict, source: str) -> None:
+    print(f"\n{kind}, {events} events: where the run's time went (seconds)")
+    rows = [
+        ("request -> start (queue, launch, code location)", prof["started"] - prof["requested"])
+    ]
+    for key, step in prof["steps"].items():
+        name = short(key, source)
+        phases = step.get("phases", {})
+        top = {p: s for p, s in phases.items() if "/" not in p and p != "step"}
+        rows.append(
+            (f"{name}: Dagster around the step", step.get("seconds", 0) - phases.get("step", 0))
+        )
+        rows.append((f"{name}: unphased", phases.get("step", 0) - sum(top.values())))
+        rows += [(f"{name}: {p}", s) for p, s in phases.items() if p != "step"]
+    for label, seconds in sorted(rows, key=lambda r: -r[1]):
+        print(f"  {seconds:8.2f}  {label}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,1000,10000,100000")
+    parser.add_argument("--sources", default="files,kafka")
+    parser.add_argument("--warmup", type=int, default=1000, help="events of an uncounted round")
+    parser.add_argument("--timeout", type=float, default=600, help="per round, seconds")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    kinds = [k.strip() for k in args.sources.split(",") if k.strip()]
+    install_signal_handlers()
+    try:
+        check_prerequisites()
+    except StackError as e:
+        sys.exit(f"live_profile: error: {e}")
+    work = Path(tempfile.mkdtemp(prefix="cdc-profile-"))
+    stack, ok = None, False
+    try:
+        demo = demo_settings()
+        bootstrap = f"127.0.0.1:{free_port()}"
+        catalog = write_catalog(
+            work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
+            column_types={"id": "bigint", "name": "string", "round": "int"},
+            interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
+            spark=demo["spark"], max_records=max(sizes),
+        )  # fmt: skip
+        stack = DemoStack(work, catalog)
+        stack.start(bootstrap)
+        create_topic(bootstrap)
+        print(f"stack up: {stack.url}, {stack.spark_url}; work {work}", flush=True)
+        pos = {"files": 4, "kafka": 4}
+        plan = [(0, args.warmup)] if args.warmup else []
+        plan += list(enumerate(sizes, start=1))
+        measured: dict[str, list[tuple[int, dict]]] = {k: [] for k in kinds}
+        for round_no, events in plan:
+            for kind in kinds:
+                source = FILES if kind == "files" else KAFKA
+                since = time.time() - 1
+                append = append_files if kind == "files" else append_kafka
+                where = stack.landing if kind == "files" else bootstrap
+                pos[kind] = append(where, round_no + 1000, events, pos[kind])
+                start = time.monotonic()
+                while visible(stack.warehouse, source, round_no + 1000) < events:
+                    if time.monotonic() - start > args.timeout:
+                        raise StackError(f"{kind} {events} events not live in {args.timeout} s")
+                    stack.check_alive()
+                    time.sleep(0.5)
+                # The run ends after its last commit (the current table's checks).
+                while any(r["status"] in IN_FLIGHT + QUEUED for r in runs_of(stack, source, since)):
+                    if time.monotonic() - start > args.timeout:
+                        raise StackError(f"{kind}: the run of {events} events did not end")
+                    time.sleep(0.5)
+                done = [r for r in runs_of(stack, source, since) if r["status"] == "SUCCESS"]
+                if not done:
+                    raise StackError(f"{kind}: no successful run found for round {round_no}")
+                profs = [run_profile(stack.home, r["runId"]) for r in done]
+                prof = max(profs, key=lambda p: p["ended"] - p["requested"])
+                if len(done) > 1:
+                    print(f"  ({kind}: {len(done)} runs carried the round; the longest shown)")
+                if round_no:
+                    measured[kind].append((events, prof))
+                print_run(kind + ("" if round_no else "*"), events, prof, source)
+        print("\n* warm-up, not counted")
+        for kind, runs in measured.items():
+            source = FILES if kind == "files" else KAFKA
+            points = [(n, p["ended"] - p["requested"]) for n, p in runs]
+            fixed, per_event = fit(points)
+            print(f"\n{kind}: request->success = {fixed:.2f} s + {per_event * 1000:.4f} ms x "
+                  f"events  ({1 / per_event if per_event > 0 else float('inf'):,.0f} events/s "
+                  "marginal)")  # fmt: skip
+            print_phases(kind, *max(runs, key=lambda r: r[0]), source)
+        ok = True
+    except StackError as e:
+        print(f"live_profile: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("live_profile: interrupted", file=sys.stderr)
+    finally:
+        if stack is not None:
+            stack.stop()
+        if args.keep or not ok:
+            print(f"work folder: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
