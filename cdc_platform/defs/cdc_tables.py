@@ -279,7 +279,10 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             )
             uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
             with phase("metadata.preview"):
-                rows = current_rows(session, lake.warehouse_path, source.name, table.name)
+                # The rows the merge wrote (all of a table built whole): not a sort of the table.
+                rows = current_rows(
+                    session, lake.warehouse_path, source.name, table.name, merged.written
+                )
                 key = delta.state(uri).get("key", [])
                 shown = {"preview": preview(rows, key)} if rows is not None else {}
             with phase("metadata.delta"):

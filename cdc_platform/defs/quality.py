@@ -201,7 +201,9 @@ def current_check_results(
         "truncated_live": merged.truncated_live,
         "live_after": merged.rows,
     }
-    runs = validations.validate_current(spark, warehouse, source, table.name, balance)
+    runs = validations.validate_current(
+        spark, warehouse, source, table.name, balance, merged.written
+    )
     key = _key(delta.CURRENT, source.name, table.name)
     if not runs:
         return list(_results([(key, None, suites.CURRENT), (key, None, suites.CURRENT_ROWS)],

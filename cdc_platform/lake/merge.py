@@ -8,6 +8,7 @@ that loses a race (another writer removed one of its files) is retried from the 
 new snapshot: nothing it decided on stale rows is kept.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -33,6 +34,7 @@ from cdc_platform.spark.session import PERSIST_LEVEL
 REBUILT = "__rebuilt"
 DROP = "__drop"
 _ACTION = "__action"
+_WAS_FLAGGED = "__was_flagged"
 _ATTEMPTS = 3
 
 
@@ -106,7 +108,8 @@ def upsert_newer(
     key: list[str],
     sequence: str,
     partial: str,
-    state: dict[str, Any],
+    state: Callable[[dict[str, int]], dict[str, Any]],
+    flag: str,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -115,17 +118,29 @@ def upsert_newer(
     columns updates only those (and the ``__`` bookkeeping); the rest keep their values. A row
     whose ``REBUILT`` column is true replaces its key's row whatever the sequences; one whose
     ``DROP`` column is true deletes it.
+
+    ``flag`` is a boolean column whose rows the commit counts, from the files it writes and
+    removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
+    true and false the table gained (negative: lost). ``state`` gets the metrics and returns what
+    the commit records, so a count kept in the state moves with the rows it counts.
     """
     extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
     if not exists(uri):
         rows = data.where(~F.col(DROP)) if DROP in extra else data
         rows = rows.drop(*extra).persist(PERSIST_LEVEL)
         try:
-            n = rows.count()
-            C.replace(rows, uri, state, key=key, rows=n)
+            r = rows.agg(F.count("*"), F.count_if(F.col(flag))).first()
+            n, flagged = int(r[0]), int(r[1])
+            metrics = {
+                "num_target_rows_inserted": n,
+                "num_target_rows_updated": 0,
+                "flagged_added": flagged,
+                "unflagged_added": n - flagged,
+            }
+            C.replace(rows, uri, state(metrics), key=key, rows=n)
         finally:
             rows.unpersist()
-        return {"num_target_rows_inserted": n, "num_target_rows_updated": 0}
+        return metrics
     columns = [c for c in data.columns if c not in extra]
 
     def attempt() -> dict[str, int]:
@@ -168,10 +183,14 @@ def upsert_newer(
         names = table_columns + [c for c in columns if c not in table_columns]
         out = joined.select(
             *[value(c) for c in names], F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
-            action.alias(_ACTION),
+            action.alias(_ACTION), F.col(f"t.`{flag}`").alias(_WAS_FLAGGED),
         )  # fmt: skip
         out = out.persist(PERSIST_LEVEL)
         try:
+            # A file's rows as written again (all but deletes), and the new keys (inserts).
+            written = F.when(F.col(FILE_COLUMN).isNull(), F.col(_ACTION) == "insert").otherwise(
+                F.col(_ACTION) != "delete"
+            )
             per_file = (
                 out.groupBy(FILE_COLUMN)
                 .agg(
@@ -179,6 +198,10 @@ def upsert_newer(
                     F.count_if(F.col(_ACTION) == "insert").alias("inserted"),
                     F.count_if(F.col(_ACTION).isin("full", "partial")).alias("updated"),
                     F.count_if(F.col(_ACTION) == "delete").alias("deleted"),
+                    F.count_if(written & F.col(flag)).alias("flagged"),
+                    F.count_if(written & ~F.col(flag)).alias("unflagged"),
+                    F.count_if(F.col(_WAS_FLAGGED)).alias("was_flagged"),
+                    F.count_if(~F.col(_WAS_FLAGGED)).alias("was_unflagged"),
                 )
                 .collect()
             )
@@ -191,21 +214,26 @@ def upsert_newer(
                 if r[FILE_COLUMN] is not None and r["updated"] + r["deleted"]
             }
             kept = sum(r["rows"] - r["deleted"] for r in per_file if r[FILE_COLUMN] in rewritten)
+            # Rows the commit adds (new files) less rows it removes (the rewritten files).
+            changed = [r for r in per_file if r[FILE_COLUMN] is None or r[FILE_COLUMN] in rewritten]
+            metrics = {
+                "num_target_rows_inserted": inserted,
+                "num_target_rows_updated": updated,
+                "num_target_rows_deleted": deleted,
+                "flagged_added": sum(r["flagged"] - r["was_flagged"] for r in changed),
+                "unflagged_added": sum(r["unflagged"] - r["was_unflagged"] for r in changed),
+            }
             rows = out.where(
                 (F.col(_ACTION) == "insert")
                 | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
-            ).drop(FILE_COLUMN, _ACTION)
+            ).drop(FILE_COLUMN, _ACTION, _WAS_FLAGGED)
             if inserted or rewritten:
-                _rewrite(uri, dt, rows, rewritten, key, state, inserted + kept)
+                _rewrite(uri, dt, rows, rewritten, key, state(metrics), inserted + kept)
             else:
-                C.record_state(uri, state)
+                C.record_state(uri, state(metrics))
         finally:
             out.unpersist()
-        return {
-            "num_target_rows_inserted": inserted,
-            "num_target_rows_updated": updated,
-            "num_target_rows_deleted": deleted,
-        }
+        return metrics
 
     return _retrying(attempt)
 

@@ -137,17 +137,29 @@ def reconciliation_frame(
 
 
 def current_frame(
-    spark: SparkSession, warehouse: Path, source: str, table: str, key: list[str]
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    table: str,
+    key: list[str],
+    written: list[str] | None = None,
 ) -> DataFrame | None:
-    """The whole current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row
-    is in the exposed state that readers get from ``steps.merge.current_rows``)."""
-    from cdc_platform.steps.merge import current_rows
+    """The current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row is in
+    the exposed state that readers get from ``steps.merge.current_rows``).
 
-    df = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, source, table))
+    ``written``: the data files a merge committed; then only the rows that may share a key with
+    them (every file whose key range holds one of their keys, ``lake.rows_of_keys``), which is
+    where a merge could have left a key twice: the check costs what the merge changed, not the
+    table."""
+    uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    df = lake.read(spark, uri)
     if df is None:
         return None
-    exposed = current_rows(spark, warehouse, source, table)
-    exposed_keys = exposed.select(*key).distinct().withColumn("__exposed", F.lit(True))
+    if written is not None:
+        df = lake.rows_of_keys(spark, uri, lake.read(spark, uri, only_files=written), key)
+    exposed_keys = (
+        df.where(~F.col(C.DELETED_COL)).select(*key).distinct().withColumn("__exposed", F.lit(True))
+    )
     columns = [*key, C.SEQUENCE_COL, C.DELETED_COL]
     return (
         df.select(*columns)

@@ -98,12 +98,17 @@ def validate_current(
     source: SourceConfig,
     table: str,
     merge: dict[str, int] | None = None,
+    written: list[str] | None = None,
 ) -> list[SuiteRun]:
     """The current-table suite, and with ``merge`` (live_before, truncated_live, made_live,
-    made_dead, live_after: ``steps.merge.MergeResult``) the live-row balance of that merge."""
+    made_dead, live_after: ``steps.merge.MergeResult``) the live-row balance of that merge.
+    ``written``: the files that merge committed; the suite then looks at the rows that may
+    share a key with them (``frames.current_frame``), not the whole table."""
     quality = quality_of(source, source.table_config(table))
     key = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source.name, table)).get("key")
-    frame = frames.current_frame(spark, warehouse, source.name, table, key) if key else None
+    frame = (
+        frames.current_frame(spark, warehouse, source.name, table, key, written) if key else None
+    )
     if frame is None:
         return []
     runs = [
@@ -113,7 +118,7 @@ def validate_current(
             f"{suites.CURRENT}.{source.name}.{table}",
             key,
             suites.severities(suites.CURRENT, quality),
-            batch="current",
+            batch="current" if written is None else "the keys the merge wrote",
             index_columns=[*key, "__sequence"],
         )
     ]

@@ -35,8 +35,13 @@ class MergeResult:
     truncated_live: int = 0
     made_live: int = 0
     made_dead: int = 0
+    # The data files the merge committed (None: it built the table whole), for checks and
+    # previews that cost what the merge changed, not the table.
+    written: list[str] | None = None
 
 
+# The current table's state holds its [live rows, tombstones].
+ROWS_KEY = "rows"
 # A key nothing is left of: a tombstone-like row (non-null flags, as the table has them) that
 # the MERGE deletes.
 _GONE = {C.DELETED_COL: True, C.PARTIAL_NEWEST_COL: False}
@@ -116,13 +121,14 @@ def merge_current(
     state = {} if full_refresh else lake.state(cur_uri)
     applied = state.get("changelog_version")
     if applied == cl_version and lake.exists(cur_uri):
-        live, deleted = _live_counts(spark, cur_uri)
+        live, deleted = _counts(spark, cur_uri, state)
         return MergeResult(
             rows=live,
             deleted_rows=deleted,
             version=lake.version(cur_uri),
             changelog_version=cl_version,
             live_before=live,
+            written=[],
         )
     new_files = removed_files = None
     if applied is not None:
@@ -144,20 +150,25 @@ def merge_current(
     new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
     merging = lake.exists(cur_uri) and not full_refresh
     with phase("merge.live_before"):
-        live_before = _live_counts(spark, cur_uri)[0] if merging else 0
+        live, deleted = _counts(spark, cur_uri, state) if merging else (0, 0)
+    live_before = live
+    version_before = lake.version(cur_uri) if merging else None
     truncated = truncated_live = 0
     if truncate and truncate == truncated_before and merging:
-        truncated_live = (
+        gone = F.col(C.SEQUENCE_COL) < F.lit(truncate)
+        r = (
             lake.read(spark, cur_uri)
-            .where((F.col(C.SEQUENCE_COL) < truncate) & ~F.col(C.DELETED_COL))
-            .count()
+            .where(gone)
+            .agg(F.count_if(~F.col(C.DELETED_COL)), F.count("*"))
         )
+        truncated_live, truncated_all = (int(v) for v in r.first())
+        live, deleted = live - truncated_live, deleted - (truncated_all - truncated_live)
         # The merge below is what advances changelog_version: a crash here just reruns both.
         truncated = lake.delete_rows(
             spark,
             cur_uri,
-            F.col(C.SEQUENCE_COL) < F.lit(truncate),
-            {**state, "truncated_before": truncated_before},
+            gone,
+            {**state, "truncated_before": truncated_before, ROWS_KEY: [live, deleted]},
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
     if merging:
@@ -173,14 +184,26 @@ def merge_current(
             made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
         if full_refresh:
             rows = newest.drop(apply.PARTIAL_COL)
-            n = rows.count()
-            lake.replace(rows, cur_uri, new_state, key=key, rows=n)
+            r = rows.agg(F.count("*"), F.count_if(F.col(C.DELETED_COL))).first()
+            n, deleted = int(r[0]), int(r[1])
+            live = n - deleted
+            lake.replace(rows, cur_uri, {**new_state, ROWS_KEY: [live, deleted]}, key=key, rows=n)
             metrics = {"num_target_rows_inserted": n, "num_target_rows_updated": 0}
         else:
+
+            def counted(m: dict[str, int]) -> dict:
+                return {
+                    **new_state,
+                    ROWS_KEY: [live + m["unflagged_added"], deleted + m["flagged_added"]],
+                }
+
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
-                    spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, new_state
-                )
+                    spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, counted,
+                    C.DELETED_COL,
+                )  # fmt: skip
+            live += metrics["unflagged_added"]
+            deleted += metrics["flagged_added"]
     finally:
         newest.unpersist()
     purged = 0
@@ -188,20 +211,22 @@ def merge_current(
         # Past the retention a tombstone goes; an event older than it arriving later could then
         # resurrect its key (as in AUTO CDC): choose the retention longer than any lateness.
         cutoff = datetime.now(UTC) - timedelta(days=options.tombstone_retention_days)
+        old = F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff))
+        expired = lake.read(spark, cur_uri).where(old).count()
         purged = lake.delete_rows(
-            spark,
-            cur_uri,
-            F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff)),
-            new_state,
+            spark, cur_uri, old, {**new_state, ROWS_KEY: [live, deleted - expired]}
         )
-    with phase("merge.live_after"):
-        live, deleted = _live_counts(spark, cur_uri)
+        deleted -= purged
+    version = lake.version(cur_uri)
+    written = (
+        None if version_before is None else lake.files_between(cur_uri, version_before, version)
+    )
     return MergeResult(
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
         updated=int(metrics.get("num_target_rows_updated", 0)),
         rows=live,
         deleted_rows=deleted,
-        version=lake.version(cur_uri),
+        version=version,
         changelog_version=cl_version,
         truncated=truncated,
         tombstones_purged=purged,
@@ -209,6 +234,7 @@ def merge_current(
         truncated_live=truncated_live,
         made_live=made_live,
         made_dead=made_dead,
+        written=written,
     )
 
 
@@ -255,7 +281,13 @@ def _live_effect(
     return int(row["made_live"]), int(row["made_dead"])
 
 
-def _live_counts(spark: SparkSession, cur_uri: str) -> tuple[int, int]:
+def _counts(spark: SparkSession, cur_uri: str, state: dict) -> tuple[int, int]:
+    """(live rows, tombstones) of the current table: kept in its state by every commit that
+    changes them (from the files it writes and removes), so a merge never counts the whole
+    table; counted once for a table whose state does not have them yet."""
+    if ROWS_KEY in state:
+        live, deleted = state[ROWS_KEY]
+        return int(live), int(deleted)
     df = lake.read(spark, cur_uri)
     if df is None:
         return 0, 0
@@ -263,9 +295,17 @@ def _live_counts(spark: SparkSession, cur_uri: str) -> tuple[int, int]:
     return int(r[0]), int(r[1])
 
 
-def current_rows(spark: SparkSession, warehouse: Path, source: str, table: str) -> DataFrame | None:
-    """The exposed current state: live rows only, without the ``__`` bookkeeping columns."""
-    df = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, source, table))
+def current_rows(
+    spark: SparkSession,
+    warehouse: Path,
+    source: str,
+    table: str,
+    only_files: list[str] | None = None,
+) -> DataFrame | None:
+    """The exposed current state: live rows only, without the ``__`` bookkeeping columns
+    (``only_files``: of just those data files)."""
+    uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    df = lake.read(spark, uri, only_files=only_files)
     if df is None:
         return None
     return df.where(~F.col(C.DELETED_COL)).drop(*C.CURRENT_META)

@@ -34,7 +34,12 @@ def _write_batch(spark, warehouse, day, changes):
 
 
 def _state(spark, warehouse, options=None):
-    merge_current(spark, warehouse, "s", "t", options=options)
+    merged = merge_current(spark, warehouse, "s", "t", options=options)
+    # The live and tombstone counts a merge keeps in the table's state (never counted from the
+    # whole table) are the table's.
+    table = lake.read_arrow(lake.table_uri(warehouse, lake.CURRENT, "s", "t"))
+    tombstones = sum(table["__deleted"].to_pylist())
+    assert (merged.rows, merged.deleted_rows) == (table.num_rows - tombstones, tombstones)
     rows = current_rows(spark, warehouse, "s", "t")
     return sorted(tuple(r.values()) for r in rows.toArrow().to_pylist())
 
@@ -158,3 +163,29 @@ def test_a_reprocessed_partition_that_loses_its_truncate_rebuilds(spark, warehou
     assert _state(spark, warehouse) == []
     _write_batch(spark, warehouse, "2026-01-02", [_change("c", 3, 2, "x", "y")])
     assert _state(spark, warehouse) == [(1, "a", "b"), (2, "x", "y")]
+
+
+def test_a_merges_checks_and_preview_read_only_what_it_changed(spark, warehouse):
+    """The current table's checks and preview look at the rows a merge wrote and the keys they
+    share, not the table: a later batch on keys 1000-1099 never reads the file of 1-100."""
+    from cdc_platform.quality import frames
+
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", i, i, "a") for i in range(1, 101)])
+    _state(spark, warehouse)
+    batch = [_change("c", 1000 + i, 1000 + i, "a") for i in range(100)]
+    _write_batch(spark, warehouse, "2026-01-02", batch)
+    _state(spark, warehouse)
+    uri = lake.table_uri(warehouse, lake.CURRENT, "s", "t")
+    assert len(lake.files(uri)) == 2  # new keys went to a file of their own
+    _write_batch(spark, warehouse, "2026-01-03", [_change("u", 5000, 1050, "b")])
+    merged = merge_current(spark, warehouse, "s", "t")
+    assert merged.updated == 1 and merged.rows == 200
+    assert len(merged.written) == 1 and set(merged.written) <= set(lake.files(uri))
+    written = lake.read(spark, uri, only_files=merged.written).toArrow()
+    assert sorted(written["id"].to_pylist()) == list(range(1000, 1100))
+    frame = frames.current_frame(spark, warehouse, "s", "t", ["id"], merged.written)
+    assert sorted(r["id"] for r in frame.toArrow().to_pylist()) == list(range(1000, 1100))
+    preview = current_rows(spark, warehouse, "s", "t", merged.written)
+    assert preview.count() == 100
+    # Nothing new: nothing written, nothing to read.
+    assert merge_current(spark, warehouse, "s", "t").written == []
