@@ -47,6 +47,12 @@ demo: install
 				waited=$$((waited + 1)); [ $$waited -lt 300 ] || { echo "spark-server not listening after 300 s"; exit 1; }; \
 				sleep 1; \
 			done; \
+			echo "warming the Spark Connect server up (a replay of sample traffic)"; \
+			until grep -q "Spark Connect server warm\|warm-up failed" var/spark-server.out; do \
+				case "$$(ps -o stat= -p $$spark)" in ""|Z*) echo "spark-server exited: see var/spark-server.out"; exit 1;; esac; \
+				waited=$$((waited + 1)); [ $$waited -lt 600 ] || break; \
+				sleep 1; \
+			done; \
 		fi; \
 		$(BIN)/cdc-platform demo --batches 0 --every 30 > var/demo-traffic.log 2>&1 & traffic=$$!; \
 		echo "Dagster UI: http://$(HOST):$(PORT)  (new demo traffic every 30 s; Ctrl-C stops all)"; \

@@ -150,7 +150,7 @@ def _timed(owner, name: str, label: str) -> None:
 def install_timers() -> None:
     _timed(lake, "upsert_newer", "merge (Spark, copy-on-write)")
     _timed(lake, "replace", "write (replace)")
-    _timed(merge_step, "_live_counts", "live counts (Spark)")
+    _timed(merge_step, "_counts", "live counts (Spark)")
     _timed(merge_step, "_live_effect", "live effect (Spark)")
 
 

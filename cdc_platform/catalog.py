@@ -271,7 +271,10 @@ class SourceConfig(_Strict):
     tables: list[TableConfig] = Field(default_factory=list)
     quality: QualityConfig | None = Field(None, description="defaults for its tables")
     sensor_interval_seconds: int = Field(
-        15, ge=1, description="least time between two evaluations of the source's sensor"
+        5,
+        ge=1,
+        description="least time between two evaluations of the source's sensor (a tick reads "
+        "the Delta log and the broker's offsets, no Spark)",
     )
     max_lag_minutes: float = Field(
         60, gt=0, description="a table further behind its source fails its freshness check"

@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn
 
@@ -135,6 +136,10 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("spark-server", description="run a local Spark Connect server (warm runs)")
     sp.add_argument("--sources", type=Path, help="sources file (default sources.yaml if present)")
     sp.add_argument("--port", type=int, default=15002)
+    sp.add_argument(
+        "--no-warm-up", dest="warm_up", action="store_false",
+        help="skip the warm-up replays the server runs once it is up",
+    )  # fmt: skip
     _spark_options(sp)
     o = sub.add_parser(
         "reset-offsets",
@@ -341,11 +346,36 @@ def _spark_server(args: argparse.Namespace) -> int:
     # and stop the whole group, or a SIGTERM (make demo's exit) would leave the JVM running.
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.warm_up:
+        threading.Thread(target=_warm_up, args=(proc, args.port), daemon=True).start()
     try:
         return proc.wait()
     except KeyboardInterrupt:
         _stop_group(proc)
         return 0
+
+
+def _warm_up(proc: subprocess.Popen, port: int) -> None:
+    """Once the server answers, run the platform's Spark work on it (``connect_server.warm_up``)
+    and say so: a failed warm-up only costs the first runs their speed."""
+    import socket
+    import time
+
+    from cdc_platform.spark import connect_server
+
+    while proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(1)
+    else:
+        return
+    try:
+        seconds = connect_server.warm_up(port)
+    except Exception as e:  # noqa: BLE001  (any failure: the server still serves)
+        print(f"warm-up failed ({type(e).__name__}: {e}); the first runs are slower", flush=True)
+        seconds = 0.0
+    print(f"{connect_server.WARM} ({seconds:.0f} s)", flush=True)
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

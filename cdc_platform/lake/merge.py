@@ -108,8 +108,8 @@ def upsert_newer(
     key: list[str],
     sequence: str,
     partial: str,
-    state: Callable[[dict[str, int]], dict[str, Any]],
-    flag: str,
+    state: dict[str, Any] | Callable[[dict[str, int]], dict[str, Any]],
+    flag: str | None = None,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -121,15 +121,19 @@ def upsert_newer(
 
     ``flag`` is a boolean column whose rows the commit counts, from the files it writes and
     removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
-    true and false the table gained (negative: lost). ``state`` gets the metrics and returns what
-    the commit records, so a count kept in the state moves with the rows it counts.
+    true and false the table gained (negative: lost). ``state`` may be a function of the metrics
+    that returns what the commit records, so a count kept in the state moves with the rows it
+    counts.
     """
     extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
+    recorded = state if callable(state) else lambda _: state
+    flagged_col = F.col(flag) if flag else F.lit(False)
+    was_flagged = F.col(f"t.`{flag}`") if flag else F.lit(None).cast("boolean")
     if not exists(uri):
         rows = data.where(~F.col(DROP)) if DROP in extra else data
         rows = rows.drop(*extra).persist(PERSIST_LEVEL)
         try:
-            r = rows.agg(F.count("*"), F.count_if(F.col(flag))).first()
+            r = rows.agg(F.count("*"), F.count_if(flagged_col)).first()
             n, flagged = int(r[0]), int(r[1])
             metrics = {
                 "num_target_rows_inserted": n,
@@ -137,7 +141,7 @@ def upsert_newer(
                 "flagged_added": flagged,
                 "unflagged_added": n - flagged,
             }
-            C.replace(rows, uri, state(metrics), key=key, rows=n)
+            C.replace(rows, uri, recorded(metrics), key=key, rows=n)
         finally:
             rows.unpersist()
         return metrics
@@ -183,7 +187,7 @@ def upsert_newer(
         names = table_columns + [c for c in columns if c not in table_columns]
         out = joined.select(
             *[value(c) for c in names], F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
-            action.alias(_ACTION), F.col(f"t.`{flag}`").alias(_WAS_FLAGGED),
+            action.alias(_ACTION), was_flagged.alias(_WAS_FLAGGED),
         )  # fmt: skip
         out = out.persist(PERSIST_LEVEL)
         try:
@@ -198,8 +202,8 @@ def upsert_newer(
                     F.count_if(F.col(_ACTION) == "insert").alias("inserted"),
                     F.count_if(F.col(_ACTION).isin("full", "partial")).alias("updated"),
                     F.count_if(F.col(_ACTION) == "delete").alias("deleted"),
-                    F.count_if(written & F.col(flag)).alias("flagged"),
-                    F.count_if(written & ~F.col(flag)).alias("unflagged"),
+                    F.count_if(written & flagged_col).alias("flagged"),
+                    F.count_if(written & ~flagged_col).alias("unflagged"),
                     F.count_if(F.col(_WAS_FLAGGED)).alias("was_flagged"),
                     F.count_if(~F.col(_WAS_FLAGGED)).alias("was_unflagged"),
                 )
@@ -228,9 +232,9 @@ def upsert_newer(
                 | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
             ).drop(FILE_COLUMN, _ACTION, _WAS_FLAGGED)
             if inserted or rewritten:
-                _rewrite(uri, dt, rows, rewritten, key, state(metrics), inserted + kept)
+                _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), inserted + kept)
             else:
-                C.record_state(uri, state(metrics))
+                C.record_state(uri, recorded(metrics))
         finally:
             out.unpersist()
         return metrics

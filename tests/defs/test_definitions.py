@@ -64,7 +64,7 @@ def test_a_kafka_source_gets_an_append_only_raw_asset_a_sensor_and_freshness_che
     assert "kafka" in raw.kinds and raw.partitions_def is not None
     assert "Append-only" in raw.description
     sensor = d.get_sensor_def("crm__kafka_sensor")
-    assert sensor.minimum_interval_seconds == 10
+    assert sensor.minimum_interval_seconds == 5
     assert sensor.job_name == "crm__ingest"
     job = d.resolve_job_def("crm__ingest")
     assert {

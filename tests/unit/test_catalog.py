@@ -22,7 +22,7 @@ def test_demo_catalog_loads_with_paths_relative_to_the_file(monkeypatch):
     assert [s.name for s in catalog.sources] == ["shop", "lindorm", "crm"]
     crm = catalog.source("crm")
     assert (crm.transport, crm.kafka.bootstrap_servers) == ("kafka", "127.0.0.1:19092")
-    assert (crm.sensor_interval_seconds, crm.max_lag(crm.tables[0])) == (10, 10)
+    assert (crm.sensor_interval_seconds, crm.max_lag(crm.tables[0])) == (5, 10)
     assert catalog.warehouse_path == ROOT / "var" / "warehouse"
     assert catalog.source("lindorm").tables[0].column_types == {
         "f_name": "string",
