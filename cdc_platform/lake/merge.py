@@ -8,7 +8,9 @@ that loses a race (another writer removed one of its files) is retried from the 
 new snapshot: nothing it decided on stale rows is kept.
 """
 
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -71,15 +73,66 @@ def _retrying(run):
     raise AssertionError("unreachable")
 
 
-def _targets(spark: SparkSession, uri: str, dt: DeltaTable, keys: DataFrame, key: list[str]):
-    files = candidate_files(spark, dt, keys, key[0])
+@dataclass(frozen=True)
+class Candidates:
+    """The files of one version of a table that may hold some keys (``candidate_files``):
+    found once, read by every step of a merge that needs the rows of those keys."""
+
+    version: int
+    files: list[str]
+
+
+def candidates(spark: SparkSession, uri: str, keys: DataFrame, key: list[str]) -> Candidates:
+    dt = DeltaTable(uri)
+    return Candidates(dt.version(), candidate_files(spark, dt, keys, key[0]))
+
+
+def _targets(
+    spark: SparkSession,
+    uri: str,
+    dt: DeltaTable,
+    keys: DataFrame,
+    key: list[str],
+    known: Candidates | None = None,
+):
+    if known is not None and known.version == dt.version():
+        files = known.files
+    else:
+        files = candidate_files(spark, dt, keys, key[0])
     return read(spark, uri, only_files=[absolute_path(uri, f) for f in files], with_file=True)
 
 
-def rows_of_keys(spark: SparkSession, uri: str, keys: DataFrame, key: list[str]) -> DataFrame:
+def rows_of_keys(
+    spark: SparkSession,
+    uri: str,
+    keys: DataFrame,
+    key: list[str],
+    known: Candidates | None = None,
+) -> DataFrame:
     """The rows of ``uri`` from the files that may hold one of ``keys`` (a superset of the
-    rows with those keys): the files a merge of ``keys`` reads."""
-    return _targets(spark, uri, DeltaTable(uri), keys, key).drop(FILE_COLUMN)
+    rows with those keys): the files a merge of ``keys`` reads (``known``, when they were found
+    already for this version)."""
+    return _targets(spark, uri, DeltaTable(uri), keys, key, known).drop(FILE_COLUMN)
+
+
+def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:
+    """``files`` (data files of the table's snapshot, as ``lake.files`` names them) and every
+    other file of the snapshot whose [min, max] of ``column`` overlaps one of theirs, or that
+    has no statistics for it: where a key of ``files`` may also be. From the log alone."""
+    actions = add_actions(DeltaTable(uri))
+    paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
+    low, high = f"min.{column}", f"max.{column}"
+    if not files or not {low, high} <= set(actions.column_names):
+        return files if files else []
+    mine = {os.path.abspath(f.removeprefix("file://")) for f in files}
+    spans = list(zip(paths, actions[low].to_pylist(), actions[high].to_pylist(), strict=True))
+    own = [(lo, hi) for p, lo, hi in spans if p in mine and lo is not None and hi is not None]
+    shared = [
+        p
+        for p, lo, hi in spans
+        if p not in mine and (lo is None or hi is None or any(lo <= b and a <= hi for a, b in own))
+    ]
+    return sorted({*files, *shared})
 
 
 def _rewrite(
@@ -110,6 +163,7 @@ def upsert_newer(
     partial: str,
     state: dict[str, Any] | Callable[[dict[str, int]], dict[str, Any]],
     flag: str | None = None,
+    known: Candidates | None = None,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -117,7 +171,8 @@ def upsert_newer(
     or a late, older batch, leaves newer rows untouched. A row whose ``partial`` column lists
     columns updates only those (and the ``__`` bookkeeping); the rest keep their values. A row
     whose ``REBUILT`` column is true replaces its key's row whatever the sequences; one whose
-    ``DROP`` column is true deletes it.
+    ``DROP`` column is true deletes it. ``known``: the candidate files of ``data``'s keys, when
+    found already (used while the table is still at their version).
 
     ``flag`` is a boolean column whose rows the commit counts, from the files it writes and
     removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
@@ -149,7 +204,7 @@ def upsert_newer(
 
     def attempt() -> dict[str, int]:
         dt = DeltaTable(uri)
-        target = _targets(spark, uri, dt, data, key)
+        target = _targets(spark, uri, dt, data, key, known)
         table_columns = [c for c in target.columns if c != FILE_COLUMN]
         s, t = data.alias("s"), target.alias("t")
         on = [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in key]

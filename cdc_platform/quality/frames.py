@@ -147,8 +147,8 @@ def current_frame(
     """The current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row is in
     the exposed state that readers get from ``steps.merge.current_rows``).
 
-    ``written``: the data files a merge committed; then only the rows that may share a key with
-    them (every file whose key range holds one of their keys, ``lake.rows_of_keys``), which is
+    ``written``: the data files a merge committed; then only the rows of those files and of the
+    files whose key range overlaps theirs (``lake.files_sharing_keys``, from the log), which is
     where a merge could have left a key twice: the check costs what the merge changed, not the
     table."""
     uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
@@ -156,7 +156,7 @@ def current_frame(
     if df is None:
         return None
     if written is not None:
-        df = lake.rows_of_keys(spark, uri, lake.read(spark, uri, only_files=written), key)
+        df = lake.read(spark, uri, only_files=lake.files_sharing_keys(uri, written, key[0]))
     exposed_keys = (
         df.where(~F.col(C.DELETED_COL)).select(*key).distinct().withColumn("__exposed", F.lit(True))
     )

@@ -180,8 +180,11 @@ def merge_current(
         newest = apply.without_working_columns(newest)
     newest = newest.persist(PERSIST_LEVEL)
     try:
+        # The files that may hold the batch's keys: found once for both reads of them below.
+        with phase("merge.candidate_files"):
+            known = lake.candidates(spark, cur_uri, newest, key) if merging else None
         with phase("merge.live_effect"):
-            made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging)
+            made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging, known)
         if full_refresh:
             rows = newest.drop(apply.PARTIAL_COL)
             r = rows.agg(F.count("*"), F.count_if(F.col(C.DELETED_COL))).first()
@@ -200,7 +203,7 @@ def merge_current(
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
                     spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, counted,
-                    C.DELETED_COL,
+                    C.DELETED_COL, known,
                 )  # fmt: skip
             live += metrics["unflagged_added"]
             deleted += metrics["flagged_added"]
@@ -250,7 +253,12 @@ def _truncates_gone(removed: DataFrame | None, added: DataFrame) -> bool:
 
 
 def _live_effect(
-    spark: SparkSession, cur_uri: str, newest: DataFrame, key: list[str], merging: bool
+    spark: SparkSession,
+    cur_uri: str,
+    newest: DataFrame,
+    key: list[str],
+    merging: bool,
+    known: lake.Candidates | None = None,
 ) -> tuple[int, int]:
     """(keys the batch makes live that were not, keys it deletes that were live), computed apart
     from the MERGE by the same rule (a newer sequence or a rebuilt key wins), so the quality
@@ -258,7 +266,7 @@ def _live_effect(
     deleted = F.col(C.DELETED_COL)
     if not merging:  # a new or rebuilt table: every live newest row is one more
         return newest.where(~deleted).count(), 0
-    before = lake.rows_of_keys(spark, cur_uri, newest, key).select(
+    before = lake.rows_of_keys(spark, cur_uri, newest, key, known).select(
         *key,
         F.col(C.SEQUENCE_COL).alias("__was_seq"),
         (~F.col(C.DELETED_COL)).alias("__was_live"),
