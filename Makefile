@@ -11,7 +11,8 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency bench-soak bench-landing clean
+.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency bench-soak bench-landing \
+	bench-profile bench-table-size clean
 
 install: $(STAMP)
 
@@ -98,6 +99,14 @@ bench-soak: install
 
 bench-landing: install
 	$(BIN)/python bench/landing_day.py
+
+# Where a live run's time goes, and its cost as fixed + per_event x events (the demo stack).
+bench-profile: install
+	$(BIN)/python bench/live_profile.py
+
+# A 1,000-event merge into current tables of 10,000 and 10,000,000 rows.
+bench-table-size: install
+	$(BIN)/python bench/table_size.py
 
 # The UI test drives Debian's chromium headless (tests/ui); install it when it is missing.
 browser:

@@ -96,8 +96,9 @@ def measure(spark, work: Path, size: int, shape: str, rounds: int) -> dict[str, 
                    "made_dead": merged.made_dead, "truncated_live": merged.truncated_live,
                    "live_after": merged.rows}  # fmt: skip
         runs, t_checks = timed(
-            validations.validate_current, spark, warehouse, source, "t", balance, merged.written
-        )
+            validations.validate_current, spark, warehouse, source, "t", balance,
+            merged.written, merged.merged_changes,
+        )  # fmt: skip
         assert all(run.success for run in runs), [r.rule for run in runs for r in run.rules]
 
         _, t_preview = timed(preview, spark, warehouse, merged.written)

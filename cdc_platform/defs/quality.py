@@ -202,7 +202,7 @@ def current_check_results(
         "live_after": merged.rows,
     }
     runs = validations.validate_current(
-        spark, warehouse, source, table.name, balance, merged.written
+        spark, warehouse, source, table.name, balance, merged.written, merged.merged_changes
     )
     key = _key(delta.CURRENT, source.name, table.name)
     if not runs:

@@ -143,20 +143,33 @@ def current_frame(
     table: str,
     key: list[str],
     written: list[str] | None = None,
+    changes: list[str] | None = None,
 ) -> DataFrame | None:
     """The current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row is in
     the exposed state that readers get from ``steps.merge.current_rows``).
 
     ``written``: the data files a merge committed; then only the rows of those files and of the
     files whose key range overlaps theirs (``lake.files_sharing_keys``, from the log), which is
-    where a merge could have left a key twice: the check costs what the merge changed, not the
-    table."""
+    where a merge could have left a key twice; with ``changes`` (the change-log files the merge
+    read), just the rows of their keys among those. The check costs what the merge changed, not
+    the table (a rewritten file is read, not validated row by row)."""
     uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
     df = lake.read(spark, uri)
     if df is None:
         return None
     if written is not None:
         df = lake.read(spark, uri, only_files=lake.files_sharing_keys(uri, written, key[0]))
+        if changes is not None:
+            log = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+            changed = lake.read(spark, log, only_files=changes).where(F.col("key").isNotNull())
+            keys = changed.select(*[F.col("key")[k].alias(k) for k in key]).distinct()
+            # Rows with a null key part stay too: they are what pk_not_null looks for.
+            unkeyed = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in key])
+            df = (
+                df.join(keys.withColumn("__changed", F.lit(True)), key, "left")
+                .where(F.col("__changed").isNotNull() | unkeyed)
+                .drop("__changed")
+            )
     exposed_keys = (
         df.where(~F.col(C.DELETED_COL)).select(*key).distinct().withColumn("__exposed", F.lit(True))
     )

@@ -99,15 +99,19 @@ def validate_current(
     table: str,
     merge: dict[str, int] | None = None,
     written: list[str] | None = None,
+    changes: list[str] | None = None,
 ) -> list[SuiteRun]:
     """The current-table suite, and with ``merge`` (live_before, truncated_live, made_live,
     made_dead, live_after: ``steps.merge.MergeResult``) the live-row balance of that merge.
-    ``written``: the files that merge committed; the suite then looks at the rows that may
-    share a key with them (``frames.current_frame``), not the whole table."""
+    ``written``: the files that merge committed, ``changes`` the change-log files it merged; the
+    suite then looks at the rows of the keys it changed (``frames.current_frame``), not the
+    whole table."""
     quality = quality_of(source, source.table_config(table))
     key = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source.name, table)).get("key")
     frame = (
-        frames.current_frame(spark, warehouse, source.name, table, key, written) if key else None
+        frames.current_frame(spark, warehouse, source.name, table, key, written, changes)
+        if key
+        else None
     )
     if frame is None:
         return []

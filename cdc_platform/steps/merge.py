@@ -36,8 +36,10 @@ class MergeResult:
     made_live: int = 0
     made_dead: int = 0
     # The data files the merge committed (None: it built the table whole), for checks and
-    # previews that cost what the merge changed, not the table.
+    # previews that cost what the merge changed, not the table; and the change-log files it
+    # merged (added and removed since the last merge), whose keys are the ones it changed.
     written: list[str] | None = None
+    merged_changes: list[str] | None = None
 
 
 # The current table's state holds its [live rows, tombstones].
@@ -238,6 +240,9 @@ def merge_current(
         made_live=made_live,
         made_dead=made_dead,
         written=written,
+        merged_changes=(
+            None if written is None or new_files is None else [*new_files, *(removed_files or [])]
+        ),
     )
 
 

@@ -185,6 +185,11 @@ def test_a_merges_checks_and_preview_read_only_what_it_changed(spark, warehouse)
     assert sorted(written["id"].to_pylist()) == list(range(1000, 1100))
     frame = frames.current_frame(spark, warehouse, "s", "t", ["id"], merged.written)
     assert sorted(r["id"] for r in frame.toArrow().to_pylist()) == list(range(1000, 1100))
+    # With the change-log files it merged: the rows of the keys it changed.
+    frame = frames.current_frame(
+        spark, warehouse, "s", "t", ["id"], merged.written, merged.merged_changes
+    )
+    assert [r["id"] for r in frame.toArrow().to_pylist()] == [1050]
     preview = current_rows(spark, warehouse, "s", "t", merged.written)
     assert preview.count() == 100
     # Nothing new: nothing written, nothing to read.
