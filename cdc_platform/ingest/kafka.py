@@ -35,11 +35,14 @@ from confluent_kafka import (
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.ingest.landing import RAW_SCHEMA
+from cdc_platform.timings import phase
 
 log = logging.getLogger(__name__)
 
 _CONSUME_BATCH = 1000
-_POLL_SECONDS = 0.5
+# consume() waits this long unless its whole count arrives first: a short wait, so a small
+# batch (or a partition's end) ends its run at once instead of after a long poll.
+_POLL_SECONDS = 0.05
 _METADATA_TIMEOUT = 15.0
 _NO_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE
 # librdkafka's local error codes: public API, though spelled with a leading underscore.
@@ -314,15 +317,18 @@ def ingest_kafka(
     batch = _Batch(max_records or kafka.max_records, max_bytes or kafka.max_bytes)
     consumer = _consumer(source)
     try:
-        partitions = _partitions(consumer, source)
+        with phase("kafka.metadata"):
+            partitions = _partitions(consumer, source)
         result = KafkaIngestResult(0, 0, None, date)
         if not partitions:
             return result
-        read_version, stored = lake.kafka_offsets(uri, RAW_SCHEMA, partitions)
+        with phase("kafka.offsets"):
+            read_version, stored = lake.kafka_offsets(uri, RAW_SCHEMA, partitions)
         consumer.assign(
             [TopicPartition(t, p, stored.get((t, p), OFFSET_BEGINNING)) for t, p in partitions]
         )
-        result.bounded = _consume(consumer, set(partitions), batch, kafka.idle_timeout_seconds)
+        with phase("kafka.consume"):
+            result.bounded = _consume(consumer, set(partitions), batch, kafka.idle_timeout_seconds)
         if not len(batch):
             if _cut_short(uri):
                 # The previous batch ended exactly at the end: record that nothing is left, or
@@ -343,15 +349,18 @@ def ingest_kafka(
             "offsets": result.offsets,
             "bounded": result.bounded,
         }
-        result.version = lake.append_kafka_batch(
-            uri, batch.table(date), read_version, batch.next, metadata
-        )
+        with phase("kafka.arrow_batch"):
+            table = batch.table(date)
+        with phase("kafka.raw_commit"):
+            result.version = lake.append_kafka_batch(uri, table, read_version, batch.next, metadata)
         result.records, result.bytes = len(batch), batch.bytes
         if kafka.commit_consumer_offsets:
-            _commit_group_offsets(consumer, source, batch.next)
+            with phase("kafka.group_commit"):
+                _commit_group_offsets(consumer, source, batch.next)
         return result
     finally:
-        consumer.close()
+        with phase("kafka.close"):
+            consumer.close()
 
 
 def _commit_group_offsets(
