@@ -78,6 +78,10 @@ def _consumer(source: SourceConfig) -> Consumer:
     assert source.kafka is not None
     return Consumer(
         {
+            # A run reads what is there and stops: the broker need not hold a fetch open for
+            # more (librdkafka's default wait, 500 ms, ended every run's last fetch). The
+            # source's consumer settings may say otherwise.
+            "fetch.wait.max.ms": 50,
             **source.kafka.client_settings(),
             "group.id": group_id(source),
             "enable.auto.commit": False,
