@@ -179,8 +179,18 @@ class KafkaConfig(_Strict):
     commit_consumer_offsets: bool = Field(
         True, description="after each raw commit, also commit the group's offsets (monitoring)"
     )
-    max_records: int = Field(100_000, gt=0, description="records per run at most")
-    max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="key+value+header bytes per run")
+    max_records: int = Field(
+        1_000_000,
+        gt=0,
+        description="records per run at most: a run takes everything waiting up to this and "
+        "max_bytes, so a backlog is worked through in as few runs as memory allows",
+    )
+    max_bytes: int = Field(
+        128 * 1024 * 1024,
+        gt=0,
+        description="key+value+header bytes per run at most (the run holds them in memory: "
+        "about 8x this at its peak while the batch is written)",
+    )
     idle_timeout_seconds: float = Field(
         10.0, gt=0, description="end the batch when no partition delivered anything for this long"
     )

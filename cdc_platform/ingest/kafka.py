@@ -15,13 +15,16 @@ A run is bounded by ``max_records`` and ``max_bytes`` (key + value + header byte
 backlog is worked through in several runs, each its own batch.
 """
 
+import bisect
 import datetime as dt
+import itertools
 import logging
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -39,7 +42,7 @@ from cdc_platform.timings import phase
 
 log = logging.getLogger(__name__)
 
-_CONSUME_BATCH = 1000
+_CONSUME_BATCH = 10_000
 # consume() waits this long unless its whole count arrives first: a short wait, so a small
 # batch (or a partition's end) ends its run at once instead of after a long poll.
 _POLL_SECONDS = 0.05
@@ -219,40 +222,61 @@ class _Batch:
     def full(self) -> bool:
         return len(self) >= self.max_records or self.bytes >= self.max_bytes
 
-    def add(self, msg: Message) -> bool:
-        """Take ``msg`` unless it would pass a bound (the first record is always taken, however
-        large, so a run always progresses); False when refused."""
-        tp, offset = (msg.topic(), msg.partition()), msg.offset()
-        if offset < self.next.get(tp, -1):
-            return True  # delivered again (never expected): it is already in the batch
-        headers = msg.headers() or []
-        size = _size(msg.key(), msg.value(), headers)
-        if len(self) and (len(self) >= self.max_records or self.bytes + size > self.max_bytes):
-            return False
-        ts_type, ts = msg.timestamp()
-        for name, v in (
-            ("topic", tp[0]),
-            ("partition", tp[1]),
-            ("offset", offset),
-            ("timestamp", None if ts_type == _NO_TIMESTAMP else ts),
-            ("key", msg.key()),
-            ("value", msg.value()),
-            ("headers", [{"key": k, "value": hv} for k, hv in headers]),
-        ):
-            self.columns[name].append(v)
-        self.bytes += size
-        self.first.setdefault(tp, offset)
-        self.next[tp] = offset + 1
-        return True
+    def take(self, msgs: list[Message]) -> bool:
+        """Take the records ``msgs`` (as consumed, no error events) up to the bounds, column by
+        column (the first record of a batch is always taken, however large, so a run always
+        progresses); False when a bound refused some."""
+        topics = [m.topic() for m in msgs]
+        partitions = [m.partition() for m in msgs]
+        offsets = [m.offset() for m in msgs]
+        tps = list(zip(topics, partitions, strict=True))
+        firsts = dict(zip(reversed(tps), reversed(offsets), strict=True))
+        if any(o < self.next.get(tp, -1) for tp, o in firsts.items()):
+            # Delivered again (never expected): those records are already in the batch.
+            fresh = [i for i, tp in enumerate(tps) if offsets[i] >= self.next.get(tp, -1)]
+            return self.take([msgs[i] for i in fresh]) if fresh else True
+        keys = [m.key() for m in msgs]
+        values = [m.value() for m in msgs]
+        headers = [m.headers() for m in msgs]
+        sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
+        if any(headers):
+            sizes = [
+                s + _size(None, None, h) if h else s for s, h in zip(sizes, headers, strict=True)
+            ]
+        room = bisect.bisect_right(list(itertools.accumulate(sizes)), self.max_bytes - self.bytes)
+        n = min(room, self.max_records - len(self), len(msgs))
+        if not len(self):
+            n = max(n, min(1, len(msgs)))
+        if n < len(msgs):
+            del topics[n:], partitions[n:], offsets[n:], keys[n:], values[n:], headers[n:], tps[n:]
+            firsts = dict(zip(reversed(tps), reversed(offsets), strict=True))
+        stamps = [m.timestamp() for m in msgs[:n]]
+        columns = self.columns
+        columns["topic"] += topics
+        columns["partition"] += partitions
+        columns["offset"] += offsets
+        columns["timestamp"] += [None if kind == _NO_TIMESTAMP else ts for kind, ts in stamps]
+        columns["key"] += keys
+        columns["value"] += values
+        columns["headers"] += headers  # None for none: the Arrow batch makes them empty lists
+        self.bytes += sum(sizes[:n])
+        for tp, o in firsts.items():
+            self.first.setdefault(tp, o)
+        self.next.update(zip(tps, offsets, strict=True))  # the last offset of each...
+        for tp in firsts:
+            self.next[tp] += 1  # ...and the next one after it
+        return n == len(msgs)
 
     def table(self, ingest_date: str) -> pa.Table:
         n = len(self)
+        headers = self.columns["headers"]
         arrays = {
             **{
                 f.name: pa.array(self.columns[f.name], f.type)
                 for f in RAW_SCHEMA
-                if f.name in self.columns and f.name != "timestamp"
+                if f.name in self.columns and f.name not in ("timestamp", "headers")
             },
+            "headers": _headers(headers, RAW_SCHEMA.field("headers").type),
             "timestamp": pa.array(self.columns["timestamp"], pa.int64())
             .cast(pa.timestamp("ms", tz="UTC"))
             .cast(RAW_SCHEMA.field("timestamp").type),
@@ -262,6 +286,15 @@ class _Batch:
             {f.name: arrays.get(f.name, pa.nulls(n, f.type)) for f in RAW_SCHEMA},
             schema=RAW_SCHEMA,
         )
+
+
+def _headers(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.ListType) -> pa.Array:
+    """The headers column: a list of {key, value} per record, empty for a record without."""
+    if not any(headers):  # the usual case, built without a Python object per record
+        offsets = pa.array(np.zeros(len(headers) + 1, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array([], kind.value_type), type=kind)
+    rows = [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers]
+    return pa.array(rows, kind)
 
 
 def _consume(consumer: Consumer, pending: set[tuple[str, int]], batch: _Batch, idle: float) -> bool:
@@ -283,12 +316,14 @@ def _consume(consumer: Consumer, pending: set[tuple[str, int]], batch: _Batch, i
                 return False
             continue
         quiet_since = time.monotonic()
-        for msg in msgs:
+        records = [m for m in msgs if m.error() is None]
+        if records and not batch.take(records):
+            return True
+        for msg in msgs if len(records) < len(msgs) else []:
             err = msg.error()
             if err is None:
-                if not batch.add(msg):
-                    return True
-            elif err.code() == _END_OF_PARTITION:
+                continue
+            if err.code() == _END_OF_PARTITION:
                 pending.discard((msg.topic(), msg.partition()))
             elif err.code() == _OFFSET_GONE:
                 raise KafkaIngestError(
@@ -355,9 +390,10 @@ def ingest_kafka(
         }
         with phase("kafka.arrow_batch"):
             table = batch.table(date)
+        result.records, result.bytes = len(batch), batch.bytes
+        batch.columns.clear()  # the records live on in ``table`` alone
         with phase("kafka.raw_commit"):
             result.version = lake.append_kafka_batch(uri, table, read_version, batch.next, metadata)
-        result.records, result.bytes = len(batch), batch.bytes
         if kafka.commit_consumer_offsets:
             with phase("kafka.group_commit"):
                 _commit_group_offsets(consumer, source, batch.next)
