@@ -309,6 +309,12 @@ class DemoStack:
                     return s.connect_ex(("127.0.0.1", spark_port)) == 0
 
             self._wait("spark-server", answers, "the Spark Connect server", 300)
+
+            def warm() -> bool:  # the server's own warm-up (cdc-platform spark-server)
+                text = self.log("spark-server").read_text(errors="replace")
+                return "Spark Connect server warm" in text or "warm-up failed" in text
+
+            self._wait("spark-server", warm, "the Spark Connect server's warm-up", 600)
             dagster_env["CDC_SPARK_REMOTE"] = self.spark_url
         self.home.mkdir(parents=True, exist_ok=True)
         self.dagster_yaml = install_dagster_yaml(self.home)
