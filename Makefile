@@ -11,7 +11,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency bench-soak bench-landing \
+.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency bench-soak bench-sweep bench-landing \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -96,6 +96,15 @@ bench-latency: install
 bench-soak: install
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python bench/soak.py
+
+# Rates raised step by step (3 minutes each) on the same stack, for one transport or both
+# (TRANSPORTS=files|kafka|both): the highest rate each keeps up with (lag p95 <= 30 s, no queue).
+TRANSPORTS ?= kafka
+SWEEP ?= 1000,2000,5000,10000,20000
+bench-sweep: install
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python bench/soak.py --transports $(TRANSPORTS) --sweep $(SWEEP) --minutes 3 \
+		--settle 60 --plot docs/sweep-$(TRANSPORTS).png
 
 bench-landing: install
 	$(BIN)/python bench/landing_day.py

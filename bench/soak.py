@@ -1,30 +1,38 @@
-"""Soak test of `make demo`'s stack: steady CDC traffic for minutes, sampled every few seconds.
+"""Soak and sweep of `make demo`'s stack: steady CDC traffic for minutes, step by step.
 
 Starts what `make demo` starts (bench/latency.py's `DemoStack`, on a temporary folder): the
 embedded broker, the Spark Connect server and `dagster dev` with the demo's run-queue
 dagster.yaml, on a catalog with two Debezium sources, `soak_files` (landing files) and
-`soak_kafka` (a topic on the broker). A generator thread writes RATE change events per second for
-MINUTES, split between the two: a new landing file every FILE_EVERY seconds under
+`soak_kafka` (a topic on the broker). A generator thread writes change events to the sources
+`--transports` names (both: in turn, half each): a new landing file every FILE_EVERY seconds under
 `<landing>/soak_files/dt=<today>/`, and records produced to the topic as they are made (a Kafka
 tombstone after each delete, as Debezium sends). Each source has its own bounded key space
 (KEYS ids): an event on a key that is not live inserts it, on a live key it deletes it (15%) or
 updates it; the generator keeps the reference state (id -> last row, deleted ids gone).
 
-Every SAMPLE_EVERY seconds it samples, per source, the runs queued and in flight (the webserver's
-GraphQL API, runsOrError; a run belongs to a source by its `cdc/source` tag, else by its job
-`<source>__ingest`), the freshness lag of the current table (now - the newest source event time
-it reflects, `cdc_platform.freshness.current`, from Delta statistics; before anything is visible,
-now - the source's first event), the backlog (messages produced - rows in raw), and the resident
-memory of every process of the stack (VmRSS over the process trees of the processes it started,
-Dagster's run processes included). After the generator stops it waits (at most DRAIN seconds)
-until every source has caught up, then checks that each current table equals the reference
-state and that raw holds exactly the messages produced, each with an outcome (change log,
-control, DDL or quarantine). Prints the samples as a table, a summary against the targets, and
-plots lag, queue and memory over time.
+It runs one step per rate (`--rate`, or each of `--sweep`'s rates in turn on the same stack),
+each for MINUTES. Every SAMPLE_EVERY seconds it samples, per source, the runs queued and in
+flight (the webserver's GraphQL API, runsOrError; a run belongs to a source by its `cdc/source`
+tag, else by its job `<source>__ingest`), the freshness lag of the current table (now - the
+newest source event time it reflects, `cdc_platform.freshness.current`, from Delta statistics;
+before anything is visible, now - the source's first event), the backlog (messages produced -
+rows in raw), the resident memory and the CPU seconds of every process of the stack (over the
+process trees of the processes it started, Dagster's run processes included). After a step's
+load it waits (at most DRAIN seconds) until every source has caught up, then checks that each
+current table equals the reference state and that raw holds exactly the messages produced, each
+with an outcome (change log, control, DDL or quarantine). A step meets its targets when, per fed
+source, the lag's p95 after the step's first SETTLE seconds is at most 30 s, at most one run is
+queued and one in flight, and the tables are right. A sweep stops after the first step that
+misses (unless `--keep-going`) and prints, per source, the highest rate that met every target,
+with the stack's CPU (cores) and memory per step. The plot shows lag, runs and memory over time.
 
-    .venv/bin/python bench/soak.py [--minutes 10] [--rate 1000] [--keys 20000] [--file-every 5]
+    .venv/bin/python bench/soak.py [--minutes 10] [--rate 1000 | --sweep 1000,2000,5000,10000]
+        [--transports both|files|kafka] [--keep-going] [--keys 20000] [--file-every 5]
         [--sample-every 10] [--drain 300] [--settle 120] [--plot docs/soak.png]
         [--local-session] [--keep]
+
+A trickle (`--rate 0.2 --file-every 30 --minutes 10`) measures what the stack costs when its
+sources are nearly idle: the step's CPU line is its CPU seconds over those 10 minutes.
 
 The plot needs matplotlib: `pip install -e '.[bench]'`, or `--plot ''` for none.
 """
@@ -33,7 +41,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import random
 import shutil
 import statistics
@@ -60,7 +67,6 @@ from latency import (  # noqa: E402  (bench/ is not a package)
     demo_settings,
     free_port,
     install_signal_handlers,
-    rss_bytes,
     run_source,
     today,
     verdict,
@@ -74,7 +80,7 @@ COLUMN_TYPES = {"id": "bigint", "name": "string", "amount": "double", "version":
 DELETE_SHARE = 0.15
 TARGET_QUEUED = 1
 TARGET_IN_FLIGHT = 1
-TARGET_LAG_P95_S = 60.0
+TARGET_LAG_P95_S = 30.0
 TARGET_RSS = 8 * 2**30
 GIB = 2**30
 
@@ -91,6 +97,7 @@ class Stream:
         self.ops: Counter = Counter()
         self.first_ms: int | None = None
         self.last_ms: int | None = None
+        self.files = 0  # landing files written (the landing source)
 
     def next(self, now_ms: int) -> tuple[int, str, str]:
         """(id, op, Debezium value) of one new change, applied to the reference state."""
@@ -116,35 +123,33 @@ class Stream:
 
 
 class Generator(threading.Thread):
-    """RATE events/s for SECONDS, alternating between the landing source and the topic."""
+    """RATE events/s for SECONDS, given to the fed sources in turn: lines of a landing file
+    written every FILE_EVERY seconds, records produced to the topic as they are made."""
 
     def __init__(
-        self, landing: Path, bootstrap: str, rate: float, seconds: float, file_every: float,
-        keys: int, seed: int,
+        self, landing: Path, producer, streams: dict[str, Stream], feeds: tuple[str, ...],
+        rate: float, seconds: float, file_every: float,
     ) -> None:  # fmt: skip
         super().__init__(name="generator", daemon=True)
-        from confluent_kafka import Producer
-
         self.landing = landing / FILES
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                                  "log_level": 0})  # fmt: skip
+        self.producer = producer
         self.undelivered = 0
         self.rate, self.seconds, self.file_every = rate, seconds, file_every
-        self.streams = {FILES: Stream(keys, random.Random(seed)),
-                        KAFKA: Stream(keys, random.Random(seed + 1))}  # fmt: skip
+        self.streams, self.feeds = streams, feeds
         self.buffer: list[str] = []
-        self.files = 0
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.started_at: float | None = None  # time.time()
         self.ended_at: float | None = None
+        self.emitted = 0
 
     def _flush_file(self) -> None:
         if self.buffer:
-            self.files += 1
-            write_landing_file(self.landing / f"dt={today()}", f"{self.files:06d}.jsonl",
+            stream = self.streams[FILES]
+            stream.files += 1  # names keep rising from step to step: the reader's order
+            write_landing_file(self.landing / f"dt={today()}", f"{stream.files:06d}.jsonl",
                                self.buffer)  # fmt: skip
-            self.streams[FILES].messages += len(self.buffer)
+            stream.messages += len(self.buffer)
             self.buffer = []
 
     def _produce(self, key: int, value: str | None) -> None:
@@ -166,14 +171,13 @@ class Generator(threading.Thread):
             self.started_at = time.time()
             start = time.monotonic()
             last_file = start
-            emitted = 0
             while not self.stop.is_set():
                 now = time.monotonic()
                 elapsed = now - start
-                due = int(self.rate * min(elapsed, self.seconds)) - emitted
+                due = int(self.rate * min(elapsed, self.seconds)) - self.emitted
                 now_ms = int(time.time() * 1000)
                 for _ in range(due):
-                    name = SOURCES[emitted % 2]
+                    name = self.feeds[self.emitted % len(self.feeds)]
                     key, op, value = self.streams[name].next(now_ms)
                     if name == FILES:
                         self.buffer.append(value)
@@ -181,7 +185,7 @@ class Generator(threading.Thread):
                         self._produce(key, value)
                         if op == "d":
                             self._produce(key, None)  # Debezium's tombstone after a delete
-                    emitted += 1
+                    self.emitted += 1
                 self.producer.poll(0)
                 if now - last_file >= self.file_every:
                     self._flush_file()
@@ -196,10 +200,6 @@ class Generator(threading.Thread):
             self.error = e
         finally:
             self.ended_at = time.time()
-
-    @property
-    def events(self) -> int:
-        return sum(s.ops.total() for s in self.streams.values())
 
 
 # --- sampling -----------------------------------------------------------------------------
@@ -253,12 +253,15 @@ def active_runs(stack: DemoStack) -> dict[str, dict[str, int]] | None:
     return out
 
 
-def take_sample(stack: DemoStack, gen: Generator, phase: str) -> dict:
-    t = time.time() - (gen.started_at or time.time())
+def take_sample(stack: DemoStack, streams: dict[str, Stream], t0: float, step: int,
+                phase: str) -> dict:  # fmt: skip
+    """One sample: per source runs queued and in flight, lag and backlog; the stack's memory
+    and its CPU seconds so far. `t` is seconds since the soak's first step began (t0)."""
     runs = active_runs(stack)
-    sample = {"t": round(t, 1), "phase": phase, "graphql_ok": runs is not None, "sources": {}}
+    sample = {"t": round(time.time() - t0, 1), "step": step, "phase": phase,
+              "graphql_ok": runs is not None, "sources": {}}  # fmt: skip
     for name in SOURCES:
-        stream = gen.streams[name]
+        stream = streams[name]
         counts = (runs or {}).get(name, {"queued": 0, "in_flight": 0})
         sample["sources"][name] = {
             "queued": counts["queued"] if runs is not None else None,
@@ -272,11 +275,12 @@ def take_sample(stack: DemoStack, gen: Generator, phase: str) -> dict:
     rss = stack.rss()
     sample["rss"] = sum(rss.values())
     sample["rss_parts"] = rss
+    sample["cpu"] = stack.cpu_seconds()
     return sample
 
 
 HEADER = (
-    f"{'t s':>6} {'phase':<5} | "
+    f"{'t s':>6} {'step':>4} {'phase':<5} | "
     + " | ".join(f"{n:<10} {'q':>2} {'run':>3} {'lag s':>6} {'backlog':>7}" for n in SOURCES)
     + f" | {'other':>5} {'RSS GiB':>7}"
 )
@@ -294,19 +298,19 @@ def sample_row(s: dict) -> str:
         x = s["sources"][name]
         parts.append(f"{'':<10} {_fmt(x['queued'], 2)} {_fmt(x['in_flight'], 3)} "
                      f"{_fmt(x['lag'], 6, 1)} {_fmt(x['backlog'], 7)}")  # fmt: skip
-    return (f"{s['t']:>6.0f} {s['phase']:<5} | " + " | ".join(parts)
+    return (f"{s['t']:>6.0f} {s['step']:>4} {s['phase']:<5} | " + " | ".join(parts)
             + f" | {s['other_runs']:>5} {s['rss'] / GIB:>7.2f}")  # fmt: skip
 
 
 # --- draining and the end checks -----------------------------------------------------------
 
 
-def caught_up(stack: DemoStack, gen: Generator) -> dict[str, bool]:
+def caught_up(stack: DemoStack, streams: dict[str, Stream]) -> dict[str, bool]:
     """Per source: raw holds every message, the current table reflects the last event, and no
     run of the source is queued or in flight."""
     runs = active_runs(stack)
     out = {}
-    for name, stream in gen.streams.items():
+    for name, stream in streams.items():
         busy = runs is None or sum((runs.get(name) or {}).values()) > 0
         pos = position_ms(stack.warehouse, name)
         out[name] = (
@@ -420,7 +424,7 @@ def p95(values: list[float]) -> float:
 # --- the plot ------------------------------------------------------------------------------
 
 
-def plot(samples: list[dict], stop_t: float, path: Path, title: str) -> None:
+def plot(samples: list[dict], steps: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -441,7 +445,7 @@ def plot(samples: list[dict], stop_t: float, path: Path, title: str) -> None:
             ax_q.step(t, ys, where="post", color=colors[name], linestyle=style,
                       label=f"{name} {what.replace('_', ' ')}")  # fmt: skip
     ax_lag.axhline(TARGET_LAG_P95_S, color="red", linewidth=0.8, linestyle=":",
-                   label="target p95 60 s")  # fmt: skip
+                   label=f"target p95 {TARGET_LAG_P95_S:.0f} s")  # fmt: skip
     ax_lag.set_ylabel("freshness lag (s)")
     ax_q.axhline(1, color="red", linewidth=0.8, linestyle=":", label="target: at most 1")
     ax_q.set_ylabel("runs per source (lines offset)")
@@ -449,9 +453,14 @@ def plot(samples: list[dict], stop_t: float, path: Path, title: str) -> None:
     ax_rss.axhline(TARGET_RSS / GIB, color="red", linewidth=0.8, linestyle=":",
                    label="target 8 GiB")  # fmt: skip
     ax_rss.set_ylabel("resident memory (GiB)")
-    ax_rss.set_xlabel("minutes since the generator started")
+    ax_rss.set_xlabel("minutes since the first step began")
+    for step in steps:
+        ax_lag.annotate(f"{step['rate']:g}/s", (step["start_t"] / 60, 1), fontsize=7,
+                        xycoords=("data", "axes fraction"), va="top")  # fmt: skip
     for ax in (ax_lag, ax_q, ax_rss):
-        ax.axvline(stop_t / 60, color="grey", linewidth=0.8)
+        for step in steps:  # solid: a step's load begins; dotted: its load ends (drain)
+            ax.axvline(step["start_t"] / 60, color="grey", linewidth=0.8)
+            ax.axvline(step["stop_t"] / 60, color="grey", linewidth=0.8, linestyle=":")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     ax_lag.set_title(title, fontsize=9)
@@ -481,17 +490,161 @@ def check_imports(want_plot: bool) -> None:
             ) from None
 
 
+def run_step(args, stack: DemoStack, producer, streams: dict[str, Stream], feeds: tuple[str, ...],
+             rate: float, index: int, t0: float, samples: list[dict]) -> dict:  # fmt: skip
+    """One step: RATE events/s for --minutes, sampled; then the drain, and the tables checked
+    against the reference state. Returns what the step's verdict needs."""
+    gen = Generator(stack.landing, producer, streams, feeds, rate, args.minutes * 60,
+                    args.file_every)  # fmt: skip
+    cpu0 = stack.cpu_seconds()
+    gen.start()
+    start_t = time.time() - t0
+    next_sample = time.monotonic()
+    while gen.is_alive():
+        time.sleep(max(0.0, min(next_sample - time.monotonic(), 1.0)))
+        stack.check_alive()
+        if time.monotonic() >= next_sample and gen.is_alive():
+            samples.append(take_sample(stack, streams, t0, index, "load"))
+            print(sample_row(samples[-1]), flush=True)
+            next_sample += args.sample_every
+    gen.join()
+    if gen.error is not None:
+        raise gen.error
+    cpu = stack.cpu_seconds() - cpu0
+    stop_t = gen.ended_at - t0
+    load_seconds = gen.ended_at - gen.started_at
+    drain_start = time.monotonic()
+    done = {n: False for n in SOURCES}
+    next_sample = time.monotonic()
+    while time.monotonic() - drain_start < args.drain:
+        stack.check_alive()
+        if time.monotonic() >= next_sample:
+            samples.append(take_sample(stack, streams, t0, index, "drain"))
+            print(sample_row(samples[-1]), flush=True)
+            next_sample += args.sample_every
+        done = caught_up(stack, streams)
+        if all(done.values()):
+            break
+        time.sleep(5)
+    drained = time.monotonic() - drain_start
+    samples.append(take_sample(stack, streams, t0, index, "end"))
+    print(sample_row(samples[-1]), flush=True)
+    step = {"index": index, "rate": rate, "events": gen.emitted, "start_t": start_t,
+            "stop_t": stop_t, "load_seconds": load_seconds, "cpu": cpu, "drained": drained,
+            "caught_up": all(done.values()), "sources": {}}  # fmt: skip
+    mine = [x for x in samples if x["step"] == index]
+    step["rss"] = max(x["rss"] for x in mine)
+    for name in feeds:
+        xs = [x["sources"][name] for x in mine if x["graphql_ok"]]
+        load = [x for x in mine if x["phase"] == "load"]
+        lags = [x["sources"][name]["lag"] for x in load if x["t"] - start_t >= args.settle]
+        if not lags:  # a step shorter than the settling time: every sample counts
+            lags = [x["sources"][name]["lag"] for x in load]
+        lags = [x for x in lags if x is not None]
+        cmp = compare_current(stack.warehouse, name, streams[name])
+        rec = reconcile(stack.warehouse, name, streams[name].messages)
+        step["sources"][name] = {
+            "rate": rate / len(feeds),
+            "max_queued": max((x["queued"] for x in xs), default=0),
+            "max_in_flight": max((x["in_flight"] for x in xs), default=0),
+            "lag_p95": p95(lags) if lags else None,
+            "lag_median": statistics.median(lags) if lags else None,
+            "lag_max": max(lags, default=None),
+            "lag_samples": len(lags),
+            "compare": cmp, "reconcile": rec,
+        }  # fmt: skip
+    return step
+
+
+def step_verdicts(step: dict) -> dict[str, dict[str, bool]]:
+    """Per fed source: lag, queue and correctness verdicts of a step."""
+    out = {}
+    for name, x in step["sources"].items():
+        out[name] = {
+            "lag": x["lag_p95"] is not None and x["lag_p95"] <= TARGET_LAG_P95_S,
+            "queue": x["max_queued"] <= TARGET_QUEUED and x["max_in_flight"] <= TARGET_IN_FLIGHT,
+            "correct": step["caught_up"] and x["compare"]["ok"] and x["reconcile"]["ok"],
+        }
+    return out
+
+
+def print_step(step: dict) -> None:
+    verdicts = step_verdicts(step)
+    load = step["load_seconds"]
+    print(f"\nstep {step['index']}: {step['rate']:g} events/s asked, {step['events']} events in "
+          f"{load:.0f} s ({step['events'] / load:.0f}/s); stack CPU {step['cpu']:.0f} s "
+          f"({step['cpu'] / load:.2f} cores) under load; RSS max {step['rss'] / GIB:.2f} GiB; "
+          f"drained in {step['drained']:.0f} s"
+          f"{'' if step['caught_up'] else ' (NOT caught up)'}")  # fmt: skip
+    nan = float("nan")
+    for name, x in step["sources"].items():
+        v = verdicts[name]
+        lag = [nan if x[k] is None else x[k] for k in ("lag_p95", "lag_median", "lag_max")]
+        print(
+            f"  {name:<10} {x['rate']:g}/s: lag p95 {lag[0]:.1f} s ({verdict(v['lag'])}), "
+            f"median {lag[1]:.1f}, max {lag[2]:.1f} ({x['lag_samples']} samples); max queued "
+            f"{x['max_queued']}, in flight {x['max_in_flight']} ({verdict(v['queue'])})"
+        )
+        cmp, rec = x["compare"], x["reconcile"]
+        print(f"  {'':<10} current: {cmp['live']} live rows vs {cmp['expected']} expected, "
+              f"{cmp['missing']} missing, {cmp['extra']} extra, {cmp['differ']} differ; raw "
+              f"{rec['raw']} of {rec['produced']} messages, {rec['duplicates']} duplicates, "
+              f"{rec['no_outcome']} without an outcome ({verdict(v['correct'])})")  # fmt: skip
+        for example in cmp["examples"]:
+            print(f"  {'':<10}   e.g. {example}")
+        if rec["quarantine_reasons"]:
+            print(f"  {'':<10}   quarantined: {rec['quarantine_reasons']}")
+
+
+def print_sweep(steps: list[dict], feeds: tuple[str, ...]) -> None:
+    print(
+        f"\nsweep (targets: lag p95 <= {TARGET_LAG_P95_S:.0f} s after the first "
+        f"settling seconds of each step, at most {TARGET_QUEUED} run queued and "
+        f"{TARGET_IN_FLIGHT} in flight per source, tables equal to the reference):"
+    )
+    cells = " ".join(f"| {n:<10} {'p95 s':>6} {'q':>2} {'ok':>3}" for n in feeds)
+    print(f"{'events/s':>9} {cells} | {'cores':>5} {'RSS GiB':>7}")
+    for step in steps:
+        verdicts = step_verdicts(step)
+        cells = []
+        for name in feeds:
+            x, v = step["sources"][name], verdicts[name]
+            p = "?" if x["lag_p95"] is None else f"{x['lag_p95']:.1f}"
+            cells.append(f"| {x['rate']:<10g} {p:>6} {x['max_queued']:>2} "
+                         f"{'yes' if all(v.values()) else 'NO':>3}")  # fmt: skip
+        print(
+            f"{step['rate']:>9g} "
+            + " ".join(cells)
+            + f" | {step['cpu'] / step['load_seconds']:>5.2f} {step['rss'] / GIB:>7.2f}"
+        )
+    for name in feeds:
+        good = [s["sources"][name]["rate"] for s in steps if all(step_verdicts(s)[name].values())]
+        best = f"{max(good):g} events/s" if good else "none of the steps"
+        print(f"highest rate meeting every target, {name}: {best}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10, help="how long the generator runs")
-    parser.add_argument("--rate", type=float, default=1000, help="events per second, both sources")
+    parser.add_argument("--minutes", type=float, default=10,
+                        help="how long the generator runs, per step")  # fmt: skip
+    parser.add_argument("--rate", type=float, default=1000, help="events per second, in all")
+    parser.add_argument(
+        "--sweep", default="",
+        help="rates (events/s, in all) to run one after another, e.g. 1000,2000,5000,10000",
+    )  # fmt: skip
+    parser.add_argument("--transports", choices=("both", "files", "kafka"), default="both",
+                        help="which sources the generator feeds (both: half each)")  # fmt: skip
+    parser.add_argument(
+        "--keep-going", action="store_true",
+        help="run a sweep's later steps after a step misses a target",
+    )  # fmt: skip
     parser.add_argument("--keys", type=int, default=20_000, help="key space of each source")
     parser.add_argument("--file-every", type=float, default=5, help="seconds between files")
     parser.add_argument("--sample-every", type=float, default=10, help="seconds between samples")
     parser.add_argument("--drain", type=float, default=300, help="most seconds to catch up")
     parser.add_argument(
         "--settle", type=float, default=120,
-        help="seconds of load left out of the lag target (Spark's and the runs' warm-up)",
+        help="seconds of each step's load left out of the lag target (warm-up, rate change)",
     )  # fmt: skip
     parser.add_argument(
         "--sensor-interval", type=int, default=None,
@@ -507,6 +660,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, tables)")
     args = parser.parse_args()
+    try:
+        rates = [float(r) for r in args.sweep.split(",") if r.strip()] or [args.rate]
+    except ValueError:
+        parser.error(f"--sweep takes rates separated by commas, not {args.sweep!r}")
+    if any(r <= 0 for r in rates):
+        parser.error("rates must be above 0")
+    feeds = SOURCES if args.transports == "both" else (FILES if args.transports == "files"
+                                                        else KAFKA,)  # fmt: skip
     install_signal_handlers()
     plot_path = Path(args.plot) if args.plot else None
     if plot_path is not None and not plot_path.is_absolute():
@@ -518,9 +679,10 @@ def main() -> None:
     except StackError as e:
         sys.exit(f"soak: error: {e}")
     work = Path(tempfile.mkdtemp(prefix="cdc-soak-"))
-    stack = gen = None
-    ran = correct = False
+    stack = None
+    correct = False
     samples: list[dict] = []
+    steps: list[dict] = []
     try:
         demo = demo_settings()
         interval = {t: args.sensor_interval or demo["interval"].get(t, 15)
@@ -532,143 +694,64 @@ def main() -> None:
             max_records=demo["max_records"],
         )  # fmt: skip
         stack = DemoStack(work, catalog, spark_connect=not args.local_session)
-        t0 = time.monotonic()
+        t_start = time.monotonic()
         stack.start(bootstrap)
         create_topic(bootstrap)
         spark = f"Spark Connect server {stack.spark_url}" if stack.spark_url else "local sessions"
-        print(f"stack up in {time.monotonic() - t0:.0f} s: broker {bootstrap}, {spark}, "
+        print(f"stack up in {time.monotonic() - t_start:.0f} s: broker {bootstrap}, {spark}, "
               f"dagster dev {stack.url}; dagster.yaml: {stack.dagster_yaml}; sensor intervals "
               f"{interval}; work {work}", flush=True)  # fmt: skip
-        print(
-            f"generator: {args.rate:.0f} events/s for {args.minutes:g} min over {args.keys} "
-            f"keys per source; a landing file every {args.file_every:g} s\n",
-            flush=True,
-        )
-        gen = Generator(stack.landing, bootstrap, args.rate, args.minutes * 60, args.file_every,
-                        args.keys, args.seed)  # fmt: skip
-        gen.start()
-        print(HEADER, flush=True)
-        next_sample = time.monotonic()
-        while gen.is_alive():
-            time.sleep(max(0.0, min(next_sample - time.monotonic(), 1.0)))
-            stack.check_alive()
-            if time.monotonic() >= next_sample and gen.is_alive():
-                samples.append(take_sample(stack, gen, "load"))
-                print(sample_row(samples[-1]), flush=True)
-                next_sample += args.sample_every
-        gen.join()
-        if gen.error is not None:
-            raise gen.error
-        stop_t = gen.ended_at - gen.started_at
-        drain_start = time.monotonic()
-        done = {n: False for n in SOURCES}
-        next_sample = time.monotonic()
-        while time.monotonic() - drain_start < args.drain:
-            stack.check_alive()
-            if time.monotonic() >= next_sample:
-                samples.append(take_sample(stack, gen, "drain"))
-                print(sample_row(samples[-1]), flush=True)
-                next_sample += args.sample_every
-            done = caught_up(stack, gen)
-            if all(done.values()):
-                break
-            time.sleep(5)
-        drained = time.monotonic() - drain_start
-        samples.append(take_sample(stack, gen, "end"))
-        print(sample_row(samples[-1]), flush=True)
+        print(f"generator: {', '.join(f'{r:g}' for r in rates)} events/s to {', '.join(feeds)}, "
+              f"{args.minutes:g} min a step, over {args.keys} keys per source; a landing file "
+              f"every {args.file_every:g} s\n", flush=True)  # fmt: skip
+        from confluent_kafka import Producer
 
-        correct = report(args, stack, gen, samples, stop_t, drained, done, interval)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 0})
+        streams = {FILES: Stream(args.keys, random.Random(args.seed)),
+                   KAFKA: Stream(args.keys, random.Random(args.seed + 1))}  # fmt: skip
+        t0 = time.time()
+        print(HEADER, flush=True)
+        for index, rate in enumerate(rates, 1):
+            step = run_step(args, stack, producer, streams, feeds, rate, index, t0, samples)
+            steps.append(step)
+            print_step(step)
+            verdicts = step_verdicts(step)
+            if not all(v["correct"] for v in verdicts.values()):
+                print("the tables are not right: the sweep stops here")
+                break
+            if not args.keep_going and not all(all(v.values()) for v in verdicts.values()):
+                if index < len(rates):
+                    print("a target is missed: the sweep stops here (--keep-going runs on)")
+                break
+            print(HEADER, flush=True)
+        print_sweep(steps, feeds)
+        print_runs(stack)
+        correct = all(v["correct"] for s in steps for v in step_verdicts(s).values())
         if plot_path is not None and samples:
-            title = (f"soak: {args.rate:.0f} events/s for {args.minutes:g} min, "
+            asked = ", ".join(f"{s['rate']:g}" for s in steps)
+            title = (f"soak: {asked} events/s to "
+                     f"{', '.join(feeds)}, {args.minutes:g} min a step, "
                      f"{'local sessions' if args.local_session else 'Spark Connect'}, "
                      f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")  # fmt: skip
-            plot(samples, stop_t, plot_path, title)
+            plot(samples, steps, plot_path, title)
             print(f"plot: {plot_path}")
-        ran = True
     except StackError as e:
         print(f"soak: error: {e}", file=sys.stderr)
     except KeyboardInterrupt:
         print("soak: interrupted", file=sys.stderr)
     finally:
         (work / "samples.json").write_text(json.dumps(samples, indent=1))
-        if gen is not None:
-            gen.stop.set()
-            gen.join(timeout=30)
         if stack is not None:
             stack.stop()
-        if args.keep or not (ran and correct):
+        if args.keep or not correct:
             print(f"work folder (logs, tables, samples.json): {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    # 0: ran and the tables are right (performance verdicts are printed, not the exit status)
-    sys.exit(0 if ran and correct else 1)
+    # 0: every step ran and its tables are right (performance verdicts are printed only)
+    sys.exit(0 if correct else 1)
 
 
-def report(args, stack, gen, samples, stop_t, drained, done, interval) -> bool:
-    load = [s for s in samples if s["phase"] == "load"]
-    print(f"\ngenerator: {gen.events} events in {stop_t:.0f} s ({gen.events / stop_t:.0f}/s), "
-          f"{gen.files} landing files; drained in {drained:.0f} s "
-          f"({'caught up' if all(done.values()) else 'NOT caught up: ' + str(done)})")  # fmt: skip
-    results = []
-    print(
-        f"\ntargets: at most {TARGET_QUEUED} queued and {TARGET_IN_FLIGHT} in flight per source, "
-        f"lag p95 <= {TARGET_LAG_P95_S:.0f} s, stack RSS <= {TARGET_RSS / GIB:.0f} GiB"
-    )
-    for name in SOURCES:
-        xs = [s["sources"][name] for s in samples if s["graphql_ok"]]
-        max_q = max((x["queued"] for x in xs), default=0)
-        max_f = max((x["in_flight"] for x in xs), default=0)
-        lags_all = [s["sources"][name]["lag"] for s in load]
-        lags = [x["sources"][name]["lag"] for x in load if x["t"] >= args.settle]
-        if not lags:  # a run shorter than the settling time: every sample counts
-            lags = lags_all
-        lags = [x for x in lags if x is not None]
-        lags_all = [x for x in lags_all if x is not None]
-        nan = float("nan")
-        lag95 = p95(lags) if lags else nan
-        q_ok, f_ok = max_q <= TARGET_QUEUED, max_f <= TARGET_IN_FLIGHT
-        l_ok = lag95 <= TARGET_LAG_P95_S
-        results += [q_ok, f_ok, l_ok]
-        print(f"{name:<10} max queued {max_q} ({verdict(q_ok)}), max in flight {max_f} "
-              f"({verdict(f_ok)}); lag after {args.settle:g} s: p95 {lag95:.1f} s "
-              f"({verdict(l_ok)}), median {statistics.median(lags) if lags else nan:.1f}, "
-              f"max {max(lags, default=nan):.1f} ({len(lags)} samples); all load samples: "
-              f"p95 {p95(lags_all) if lags_all else nan:.1f} s; sensor every "
-              f"{interval['files' if name == FILES else 'kafka']} s")  # fmt: skip
-    top = max(samples, key=lambda s: s["rss"])
-    rss_ok = top["rss"] <= TARGET_RSS
-    results.append(rss_ok)
-    parts = ", ".join(f"{k} {v / GIB:.2f}" for k, v in top["rss_parts"].items())
-    print(
-        f"stack RSS max {top['rss'] / GIB:.2f} GiB at t={top['t']:.0f} s ({parts}) "
-        f"({verdict(rss_ok)}); this script {rss_bytes([os.getpid()]) / GIB:.2f} GiB"
-    )
-    unanswered = sum(not s["graphql_ok"] for s in samples)
-    if unanswered:
-        print(f"({unanswered} samples without run counts: the webserver did not answer in time)")
-
-    print("\ncorrectness after the drain:")
-    correct = True
-    for name, stream in gen.streams.items():
-        cmp = compare_current(stack.warehouse, name, stream)
-        rec = reconcile(stack.warehouse, name, stream.messages)
-        results += [cmp["ok"], rec["ok"]]
-        correct = correct and cmp["ok"] and rec["ok"]
-        ops = ", ".join(f"{op} {n}" for op, n in sorted(stream.ops.items()))
-        print(
-            f"{name:<10} events {stream.ops.total()} ({ops}); current table: "
-            f"{cmp['live']} live rows vs {cmp['expected']} expected, {cmp['missing']} "
-            f"missing, {cmp['extra']} extra, {cmp['differ']} differ ({verdict(cmp['ok'])})"
-        )
-        for example in cmp["examples"]:
-            print(f"{'':<10}   e.g. {example}")
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(rec["outcomes"].items()))
-        print(f"{'':<10} raw {rec['raw']} rows vs {rec['produced']} messages produced, "
-              f"{rec['duplicates']} duplicates; outcomes: {outcomes or '-'}; "
-              f"{rec['no_outcome']} without an outcome ({verdict(rec['ok'])})")  # fmt: skip
-        if rec["quarantine_reasons"]:
-            print(f"{'':<10}   quarantined: {rec['quarantine_reasons']}")
-
+def print_runs(stack: DemoStack) -> None:
     print("\nruns:")
     for source, s in sorted(run_summary(stack).items()):
         status = ", ".join(f"{k.lower()} {v}" for k, v in sorted(s["status"].items()))
@@ -677,10 +760,6 @@ def report(args, stack, gen, samples, stop_t, drained, done, interval) -> bool:
         launch = (f"queue+launch median {statistics.median(s['launch']):.1f} s, "
                   f"max {max(s['launch']):.1f} s" if s["launch"] else "")  # fmt: skip
         print(f"  {source:<40} {status}; {runs}; {launch}")
-        if source in SOURCES:
-            results.append(s["status"].get("FAILURE", 0) == 0)
-    print(f"\nsoak: {'all targets met' if all(results) else 'some targets NOT MET (see above)'}")
-    return correct
 
 
 if __name__ == "__main__":
