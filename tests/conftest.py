@@ -1,9 +1,9 @@
 """Shared fixtures: one local SparkSession for the whole run, a fresh warehouse per test, a Kafka
 broker when a test asks for one.
 
-The modules in ``CONNECT_MODULES`` run each test that uses ``spark`` twice: ``[local]`` and
-``[connect]``, the second against one Spark Connect server for the whole run (started by the
-first such test). ``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"``
+The modules and tests in ``CONNECT_TESTS`` run each test that uses ``spark`` twice: ``[local]``
+and ``[connect]``, the second against one Spark Connect server for the whole run (started by
+the first such test). ``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"``
 skips it."""
 
 import json

@@ -153,7 +153,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
             with phase("spark.session"):
                 spark.spark_session  # noqa: B018  (built on first use: timed apart)
             if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
-                # A sensor run of a Kafka source: only the raw batches not normalized yet.
+                # A sensor run (Kafka or landing source): only the raw batches not normalized yet.
                 result = normalize_new(spark.spark_session, lake.warehouse_path, source)
             else:
                 result = normalize_source(

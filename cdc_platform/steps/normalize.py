@@ -106,8 +106,8 @@ def normalize_new(
     types_override: dict[str, str] | None = None,
     upto: int | None = None,
 ) -> NormalizeResult:
-    """Raw batches added since the last run -> appended to every output (Kafka sources, whose
-    raw table only grows), so a run costs what arrived, not the whole day.
+    """Raw batches added since the last run -> appended to every output (a sensor run of any
+    source: raw only grows between them), so a run costs what arrived, not the whole day.
 
     Exactly once: each output commit records the raw version it reflects (``lake.
     append_normalized``) and the quarantine is written last. A run that died between outputs
