@@ -481,7 +481,7 @@ REMOTE_KEY = "spark.remote"
 _SPARK_ENV = {"CDC_SPARK_MASTER": MASTER_KEY, "CDC_SPARK_REMOTE": REMOTE_KEY}
 
 
-def parse_spark_conf(items: Iterable[str], what: str) -> dict[str, str]:
+def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
     """``KEY=VALUE`` items as a dict; CatalogError naming ``what`` for an item without '='."""
     conf = {}
     for item in items:
@@ -503,6 +503,6 @@ def spark_settings(
     base = catalog.spark if catalog is not None else SparkConfig()
     settings = SparkConfig(master=base.master, remote=base.remote).over(base.conf)
     text = os.environ.get("CDC_SPARK_CONF", "")
-    env = parse_spark_conf([i for i in text.split(",") if i.strip()], "CDC_SPARK_CONF")
+    env = parse_pairs([i for i in text.split(",") if i.strip()], "CDC_SPARK_CONF")
     env |= {key: os.environ[var] for var, key in _SPARK_ENV.items() if os.environ.get(var)}
     return settings.over(env).over(overrides or {})

@@ -41,6 +41,7 @@ from cdc_platform.catalog import (
     SourceConfig,
     SparkConfig,
     catalog_if_present,
+    parse_pairs,
     spark_settings,
 )
 from cdc_platform.formats.column_specs import parse_type
@@ -57,16 +58,6 @@ class UserError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UserError(message)
-
-
-def _pairs(values: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in values:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise UserError(f"{what} must look like KEY=VALUE, got {item!r}")
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _spark_options(p: argparse.ArgumentParser, sources: bool = False) -> None:
@@ -285,7 +276,7 @@ def _catalog(path: Path | None):
 def _spark_settings(args: argparse.Namespace, catalog: Catalog | None = None) -> SparkConfig:
     """``spark_settings`` of the sources file (``catalog``, else the command's --sources, else
     CDC_SOURCES or ./sources.yaml if present), the CDC_SPARK_* variables and --spark-conf."""
-    overrides = _pairs(args.spark_conf, "--spark-conf")
+    overrides = parse_pairs(args.spark_conf, "--spark-conf")
     if catalog is None:
         catalog = catalog_if_present(args.sources)
     return spark_settings(catalog, overrides)
@@ -445,12 +436,14 @@ def _replay(args: argparse.Namespace) -> int:
         source = SourceConfig(
             name=args.source,
             format=args.format,
-            format_options=_pairs(args.format_option, "--format-option"),
+            format_options=parse_pairs(args.format_option, "--format-option"),
         )
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         raise UserError(str(e).splitlines()[-1].strip().removeprefix("Value error, ")) from None
     try:
-        types = {c: parse_type(t) for c, t in _pairs(args.column_type, "--column-type").items()}
+        types = {
+            c: parse_type(t) for c, t in parse_pairs(args.column_type, "--column-type").items()
+        }
     except ValueError as e:
         raise UserError(str(e)) from None
     key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None

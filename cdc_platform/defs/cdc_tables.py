@@ -14,6 +14,7 @@ from cdc_platform.defs import quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES, automation_sensor
 from cdc_platform.defs.freshness import build_freshness_check
 from cdc_platform.defs.kafka import build_kafka_raw_asset, build_kafka_sensor
+from cdc_platform.defs.keys import asset_key
 from cdc_platform.defs.metadata import (
     add_partition_row_counts,
     arrow_preview,
@@ -35,10 +36,6 @@ from cdc_platform.timings import phase
 # Every partitioned asset of a chain gets the same policy, or Dagster falls back to one
 # partition per run.
 SINGLE_RUN = dg.BackfillPolicy.single_run()
-
-
-def asset_key(layer: str, source: str, table: str | None = None) -> dg.AssetKey:
-    return dg.AssetKey(delta.key_path(layer, source, table))
 
 
 def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinition:

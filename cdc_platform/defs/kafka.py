@@ -14,14 +14,10 @@ import dagster as dg
 from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata, profiled
-from cdc_platform.defs.partitions import daily_partitions
+from cdc_platform.defs.partitions import daily_partitions, today
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
 from cdc_platform.ingest import kafka
-
-
-def today() -> str:
-    return dt.datetime.now(dt.UTC).date().isoformat()
 
 
 def ingests(partition_keys: list[str]) -> str | None:
@@ -144,7 +140,7 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
             run_requests=[
                 dg.RunRequest(
                     run_key=key,
-                    partition_key=today(),
+                    partition_key=today().isoformat(),
                     tags={INCREMENTAL_TAG: INCREMENTAL, "cdc/backlog": str(backlog)},
                 )
             ],
