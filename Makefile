@@ -63,7 +63,8 @@ demo: install
 
 test: install browser
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	@# The 25 slowest tests at the end: docs/testing.md keeps the list.
+	$(BIN)/pytest -q --durations=25
 
 # Random exploration of the property and fuzz tests (tests/conftest.py's "fuzz" profile): new
 # examples every run, FUZZ_EXAMPLES per property; the fuzzed formats run mixed under `auto`.

@@ -44,7 +44,7 @@ def spark_connect(tmp_path: Path) -> Iterator[str]:
     with log.open("wb") as out:
         server = subprocess.Popen(
             [str(Path(sys.executable).parent / "cdc-platform"), "spark-server",
-             "--sources", str(ROOT / "sources.yaml"), "--port", str(port)],
+             "--sources", str(ROOT / "sources.yaml"), "--port", str(port), "--no-warm-up"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
