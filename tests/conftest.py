@@ -1,10 +1,10 @@
 """Shared fixtures: one local SparkSession for the whole run, a fresh warehouse per test, a Kafka
 broker when a test asks for one.
 
-The modules and tests in ``CONNECT_TESTS`` run each test that uses ``spark`` twice: ``[local]``
+The first test that uses ``spark`` in each module of ``CONNECT_TESTS`` runs twice: ``[local]``
 and ``[connect]``, the second against one Spark Connect server for the whole run (started by
-the first such test). ``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"``
-skips it."""
+the first such test); ``CDC_CONNECT_ALL=1`` runs every test of those modules twice.
+``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"`` skips it."""
 
 import json
 import os
@@ -40,9 +40,11 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # local[2] with few shuffle partitions: the suite's frames are tiny, scheduling dominates.
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
 
-# Every path of the platform must also work on Spark Connect: the end-to-end, per-format, models,
-# Dagster pipeline, redrive and quality tests run on both sessions. (Not the property test: its
-# many examples would cost minutes more, and the paths it drives are all covered here.)
+# Every path of the platform must also work on Spark Connect: the first test of each of these
+# modules (end-to-end, each format's parse, merge, history, models, Dagster pipeline, redrive,
+# quality) runs on both sessions, the rest on the local one; CDC_CONNECT_ALL=1 runs every test
+# of them on both. (Not the property test: its many examples would cost minutes more, and the
+# paths it drives are all covered here.)
 _TESTS = Path(__file__).resolve().parent
 CONNECT_TESTS = [
     _TESTS / name
@@ -73,10 +75,21 @@ def _on_connect(item: pytest.Item) -> bool:
     return callspec is not None and callspec.params.get("spark") == "connect"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    every = os.environ.get("CDC_CONNECT_ALL") == "1"
+    seen: set[Path] = set()
+    kept, dropped = [], []
     for item in items:
         if _on_connect(item):
             item.add_marker("spark_connect")
+            if not every and item.path in seen:  # one [connect] test per module
+                dropped.append(item)
+                continue
+            seen.add(item.path)
+        kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 # pyspark picks Classic or Connect for pyspark.sql.functions, Window, ... by one process-wide
