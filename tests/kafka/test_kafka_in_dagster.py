@@ -21,7 +21,8 @@ from confluent_kafka import Consumer, TopicPartition
 from cdc_platform import freshness, lake
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
-from cdc_platform.defs.kafka import run_key, today
+from cdc_platform.defs.kafka import run_key
+from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG
 from cdc_platform.ingest import kafka
@@ -112,7 +113,7 @@ class _Location:
             for e in result.get_asset_materialization_events()
             if e.materialization.asset_key.to_user_string() == key
         ]
-        assert m.partition == today()
+        assert m.partition == today().isoformat()
         return {k: getattr(v, "value", v) for k, v in m.metadata.items()}
 
     def drain(self) -> int:
@@ -168,7 +169,7 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
         high = _high_watermark(kafka_bootstrap, topic)
         key = f"{topic}[0]:0-{high}|raw=none|gen=0"
         assert [(r.partition_key, r.tags[INCREMENTAL_TAG], r.run_key) for r in first] == [
-            (today(), INCREMENTAL, key)
+            (today().isoformat(), INCREMENTAL, key)
         ]
         assert json.loads(location.cursor) == {"run_key": key, "raw_version": None, "generation": 0}
         # The same state again: no second request; without the cursor, the same run key (which
@@ -207,7 +208,9 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
         assert len(coordinates) == len(set(coordinates))
 
         # A date reprocessed from raw (a backfill, no incremental tag) changes nothing.
-        result = location.job.execute_in_process(partition_key=today(), instance=instance)
+        result = location.job.execute_in_process(
+            partition_key=today().isoformat(), instance=instance
+        )
         assert result.success
         assert _changelog_coordinates(warehouse, table) == coordinates
         assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
@@ -290,7 +293,9 @@ def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected
 
 def _freshness_evaluation(location: _Location):
     result = location.job.execute_in_process(
-        partition_key=today(), instance=location.instance, tags={INCREMENTAL_TAG: INCREMENTAL}
+        partition_key=today().isoformat(),
+        instance=location.instance,
+        tags={INCREMENTAL_TAG: INCREMENTAL},
     )
     (evaluation,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "freshness"]
     return evaluation
