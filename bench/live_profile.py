@@ -12,7 +12,7 @@ instance's event log:
 - each step's phases, as the step logged them (`seconds by phase`, `cdc_platform.timings`).
 
 Then it fits `request -> success = fixed + per_event x events` over the sizes (least squares) and
-prints the phase table of the largest batch per source, largest phases first.
+prints the phase tables of the smallest and the largest batch per source, largest phases first.
 
     .venv/bin/python bench/live_profile.py [--sizes 1,1000,10000,100000] [--sources files,kafka]
         [--warmup 1000] [--keep]
@@ -196,7 +196,10 @@ def main() -> None:
             print(f"\n{kind}: request->success = {fixed:.2f} s + {per_event * 1000:.4f} ms x "
                   f"events  ({1 / per_event if per_event > 0 else float('inf'):,.0f} events/s "
                   "marginal)")  # fmt: skip
-            print_phases(kind, *max(runs, key=lambda r: r[0]), source)
+            # The smallest batch is the fixed cost; the largest, what grows with the batch.
+            ends = sorted(runs, key=lambda r: r[0])
+            for events, prof in ends[:1] + ends[1:][-1:]:
+                print_phases(kind, events, prof, source)
         ok = True
     except StackError as e:
         print(f"live_profile: error: {e}", file=sys.stderr)

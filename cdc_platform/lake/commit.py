@@ -270,12 +270,18 @@ def normalized_raw_version(uri: str) -> int | None:
 
 
 def append_normalized(
-    df: DataFrame, uri: str, raw_version: int, metadata: dict[str, str] | None = None
+    df: DataFrame,
+    uri: str,
+    raw_version: int,
+    metadata: dict[str, str] | None = None,
+    *,
+    empty: bool = False,
 ) -> int | None:
     """Append ``df``'s rows derived from raw up to ``raw_version``, unless the table already
     reflects that version (a rerun after a crash between outputs): None then. The commit is
     made against the version read, so a racing run that appended the same batch makes this
-    one fail."""
+    one fail. ``empty``: the caller knows ``df`` has no rows; an existing table then gets the
+    commit of the raw version alone, with no Spark job."""
     read_version = None
     if exists(uri):
         dt = DeltaTable(uri)
@@ -284,6 +290,8 @@ def append_normalized(
             return None
         read_version = dt.version()
     props = properties(metadata=metadata, txns={NORMALIZED_APP: raw_version})
+    if empty and read_version is not None:
+        return commit(uri, [], read_version=read_version, props=props)
     return append(df, uri, partition_by=[PARTITION_COLUMN], read_version=read_version, props=props)
 
 

@@ -68,12 +68,16 @@ def _context() -> Any:
     context = gx.get_context(mode="ephemeral")
     context.enable_analytics(False)  # no usage events leave the machine
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    for name, add in (
-        ("spark", context.data_sources.add_spark),
-        ("pandas", context.data_sources.add_pandas),
-    ):
-        add(name).add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole")
     return context
+
+
+@cache
+def _datasource(engine: str) -> Any:
+    """The engine's datasource, added on first use: adding the Spark one gets a Spark session
+    (seconds), which a run validating only small frames never needs."""
+    sources = _context().data_sources
+    add = sources.add_spark if engine == "spark" else sources.add_pandas
+    return add(engine).add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole")
 
 
 def gx_suite(suite: Suite, name: str, key: list[str]) -> Any:
@@ -91,7 +95,7 @@ def _definition(engine: str, expectations: Any) -> Any:
     import great_expectations as gx
 
     context = _context()
-    batch = context.data_sources.get(engine).get_asset("frame").get_batch_definition("whole")
+    batch = _datasource(engine)
     registered = context.suites.add_or_update(expectations)
     return context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=f"{engine}:{expectations.name}", data=batch, suite=registered)

@@ -285,10 +285,14 @@ def _normalize(
     (``dates`` None). Every commit records ``raw_version``. Spark writes every output; the
     driver gets counts, the newest event times and a few preview rows."""
 
-    def write(uri: str, data: DataFrame, metadata: dict[str, str] | None = None) -> int | None:
+    def write(
+        uri: str, data: DataFrame, metadata: dict[str, str] | None = None, empty: bool = False
+    ) -> int | None:
+        """``empty``: ``data`` is known to have no rows (a small batch mostly has no control
+        messages, DDL or rejects): appending then commits the raw version without a Spark job."""
         if dates is not None:
             return lake.overwrite_partitions(data, uri, dates, metadata, raw_version)
-        return lake.append_normalized(data, uri, raw_version, metadata)
+        return lake.append_normalized(data, uri, raw_version, metadata, empty=empty)
 
     result = NormalizeResult()
     staging = lake.Staging(warehouse)
@@ -346,18 +350,22 @@ def _normalize(
                         ops={},
                         version=version,
                     )
-        with phase("write.ddl"):
-            result.ddl_by_table = _write_ddl_log(
-                spark, warehouse, source, parsed, write, dates is None
-            )
+        if result.ddl or dates is not None:  # appending no statements writes no DDL log
+            with phase("write.ddl"):
+                result.ddl_by_table = _write_ddl_log(
+                    spark, warehouse, source, parsed, write, dates is None
+                )
         control = normalize.control_records(parsed)
         with phase("write.control"):
-            write(lake.table_uri(warehouse, lake.CONTROL, source.name), control)
-            result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
+            uri = lake.table_uri(warehouse, lake.CONTROL, source.name)
+            write(uri, control, empty=not result.control)
+            if result.control:
+                result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
         # Last: its recorded raw version is where the next incremental run starts.
         with phase("write.quarantine"):
-            write(lake.table_uri(warehouse, lake.QUARANTINE, source.name), split.quarantine)
             reasons = split.quarantine.groupBy("reason").count().collect()
+            uri = lake.table_uri(warehouse, lake.QUARANTINE, source.name)
+            write(uri, split.quarantine, empty=not reasons)
         result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
     finally:
