@@ -95,16 +95,11 @@ def read(
     if not paths:
         empty = spark.createDataFrame([], schema)
         return empty.withColumn(FILE_COLUMN, F.lit(None).cast("string")) if with_file else empty
-    partition_columns = dt.metadata().partition_columns
-    df = spark.read.option("basePath", uri).option("mergeSchema", "true").parquet(*paths)
-    # Partition values live in the paths; cast them back and restore the table's column order
-    # (files written before a schema change lack the newer columns).
-    present = set(df.columns)  # once: on Spark Connect each call is a round trip
-    for field in schema.fields:
-        if field.name in partition_columns:
-            df = df.withColumn(field.name, F.col(field.name).cast(field.dataType))
-        elif field.name not in present:
-            df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
+    # Read with the table's schema, not one merged from the files' footers (a round trip that
+    # opens them, half of a small read's time): a file written before a column was added reads
+    # it as null, and the partition values in the paths get the schema's types. Spark puts the
+    # partition columns last: the select restores the table's order.
+    df = spark.read.schema(schema).option("basePath", uri).parquet(*paths)
     columns = [F.col(f"`{f.name}`") for f in schema.fields]
     if with_file:
         # Spark gives a file:// URI; the log holds paths relative to the table.
