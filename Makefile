@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 
 demo: install
 	mkdir -p $(DAGSTER_HOME) var
-	@# The run queue: one run per source at a time (README, "Runs, the queue and Spark").
+	@# The run queue: one run per source at a time (docs/operations.md, "Runs, the queue and Spark").
 	cp deploy/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	@# The embedded Kafka broker (Tansu, in memory) for source crm; landing files for the others;
 	@# the Spark Connect server, one warm JVM every run connects to (SPARK_CONNECT=0: none, each

@@ -60,7 +60,8 @@ PARSED_SCHEMA = T.StructType(
 # Raw coordinates: where a message came from. Together they identify it exactly.
 RAW_COORDINATES = ("ingest_date", "topic", "partition", "offset", "file", "line")
 
-# Metadata columns of the change log, after `before`/`after` (documented in the README).
+# Metadata columns of the change log, after `before`/`after` (docs/semantics.md, "The canonical
+# change record").
 CHANGELOG_META = (
     "op",
     "database",
