@@ -376,15 +376,13 @@ class DemoStack:
     def stop(self) -> None:
         """End every process this stack started, newest first: SIGTERM to its group, SIGKILL
         after 30 s; then SIGKILL whatever was ever seen below them and still lives."""
+        from cdc_platform.processes import stop_group
+
         for proc in self.procs.values():
             self.seen.update(descendants([proc.pid]))
         for name, proc in reversed(list(self.procs.items())):
-            if proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    print(f"{name} did not stop in 30 s: killed", file=sys.stderr)
+            if proc.poll() is None and not stop_group(proc):
+                print(f"{name} did not stop in 30 s: killed", file=sys.stderr)
             _signal_group(proc.pid, signal.SIGKILL)  # stragglers of its group
             proc.wait()
         now = _proc_table()

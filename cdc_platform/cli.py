@@ -25,7 +25,6 @@ import base64
 import datetime as dt
 import decimal
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from cdc_platform.catalog import (
 )
 from cdc_platform.formats.column_specs import parse_type
 from cdc_platform.ingest.landing import LandingError
+from cdc_platform.processes import stop_group
 
 REPLAY_SOURCE = "replay"
 DEMO_BROKER_PORT = 19092  # the demo catalog's crm source reads from 127.0.0.1:19092
@@ -342,7 +342,7 @@ def _spark_server(args: argparse.Namespace) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        _stop_group(proc)
+        stop_group(proc)
         return 0
 
 
@@ -367,22 +367,6 @@ def _warm_up(proc: subprocess.Popen, port: int) -> None:
         print(f"warm-up failed ({type(e).__name__}: {e}); the first runs are slower", flush=True)
         seconds = 0.0
     print(f"{connect_server.WARM} ({seconds:.0f} s)", flush=True)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process group of ``proc``, SIGKILL when it has not ended after 30 s."""
-    import signal
-
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _interrupt(signum: int, frame: object) -> NoReturn:

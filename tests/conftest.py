@@ -8,7 +8,6 @@ the first such test); ``CDC_CONNECT_ALL=1`` runs every test of those modules twi
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -20,6 +19,7 @@ from hypothesis import settings
 from pyspark.sql import SparkSession
 
 from cdc_platform import broker
+from cdc_platform.processes import stop_group
 from cdc_platform.spark import connect_server
 from cdc_platform.spark.session import get_spark
 
@@ -148,15 +148,7 @@ def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         yield _connect_url
     finally:
         _connect_url = None
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(server.pid, sig)
-                server.wait(timeout=60)
-                break
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(server, grace=60)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 client that needs no JDK; only the server (``cdc-platform spark-server``) does."""
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdc_platform import broker
+from cdc_platform.processes import stop_group
 from tests.conftest import wait_for_port
 
 pytestmark = pytest.mark.spark
@@ -51,8 +51,7 @@ def spark_connect(tmp_path: Path) -> Iterator[str]:
         wait_for_port(port, server, log, timeout=180)
         yield f"sc://127.0.0.1:{port}"
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        stop_group(server, grace=60)
 
 
 def test_a_spark_connect_client_needs_no_jdk(spark_connect, tmp_path):

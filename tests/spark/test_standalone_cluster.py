@@ -10,7 +10,6 @@ interpreter for their Python workers. All of them see the same warehouse folder:
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cdc_platform.processes import stop_group
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.spark.session import ensure_java
 from cdc_platform.steps.merge import current_rows
@@ -93,20 +93,6 @@ def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         )
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the process group (spark-class execs the JVM; a worker's executors are its
-    children), SIGKILL if it has not ended after 30 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=30)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _master_state(webui: int) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as response:
         return json.load(response)
@@ -174,7 +160,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
         yield url, webui
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_group(proc)
 
 
 # --- the replays ------------------------------------------------------------------------------
@@ -204,7 +190,7 @@ def _replay(url: str, cwd: Path, warehouse: Path, source: str, args: list[str], 
     try:
         out, err = proc.communicate(timeout=600)
     finally:
-        _stop(proc)  # the driver's JVM too, should the command hang
+        stop_group(proc)  # the driver's JVM too, should the command hang
     assert proc.returncode == 0, err[-3000:]
     return json.loads(out.splitlines()[-1])
 
