@@ -7,7 +7,6 @@ past partition reads nothing and says so (reprocess a past date through its chan
 """
 
 import datetime as dt
-import hashlib
 
 import dagster as dg
 
@@ -16,7 +15,7 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata, profiled
 from cdc_platform.defs.partitions import daily_partitions, today
 from cdc_platform.defs.resources import LakeResource
-from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
+from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, Tick, run_in_flight
 from cdc_platform.ingest import kafka
 
 
@@ -77,24 +76,14 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
     return raw
 
 
-# Longer run keys are hashed: Dagster stores the key as a run tag.
-_MAX_KEY_LENGTH = 200
-
-
-def run_key(
-    waiting: dict[str, dict[int, list[int]]], raw_version: int | None, generation: int
-) -> str:
-    """The run key of a request for ``waiting`` (``kafka.pending``: topic -> partition -> [next
-    offset stored in raw, high watermark]), read from raw at ``raw_version``, in the cursor's
-    ``generation``: the same broker and raw state always give the same key."""
-    ranges = ",".join(
+def waiting_text(waiting: dict[str, dict[int, list[int]]]) -> str:
+    """``waiting`` (``kafka.pending``: topic -> partition -> [next offset stored in raw, high
+    watermark]) as the text of its run key."""
+    return ",".join(
         f"{topic}[{p}]:{start}-{high}"
         for topic, parts in sorted(waiting.items())
         for p, (start, high) in sorted(parts.items())
     )
-    if len(ranges) > _MAX_KEY_LENGTH:
-        ranges = "sha1:" + hashlib.sha1(ranges.encode()).hexdigest()
-    return f"{ranges}|raw={'none' if raw_version is None else raw_version}|gen={generation}"
 
 
 def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefinition:
@@ -115,36 +104,23 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
         ),
     )
     def kafka_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
-        last = SensorCursor.parse(context.cursor)
-        version = delta.version(delta.table_uri(lake.warehouse_path, delta.RAW, source.name))
-        generation = last.generation_at(version)  # raw recreated: offsets and keys start over
+        raw = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+        tick = Tick.start(context.cursor, delta.version(raw))  # recreated: offsets start over
         waiting = kafka.pending(lake.warehouse_path, source)
-
-        def skip(reason: str) -> dg.SensorResult:
-            cursor = SensorCursor(run_key=last.run_key, raw_version=version, generation=generation)
-            return dg.SensorResult(skip_reason=reason, cursor=cursor.dumps())
-
         if not waiting:
-            return skip("raw has every record of the topics")
+            return tick.skip("raw has every record of the topics")
         if running := run_in_flight(context.instance, job_name):
             # Its batch ends where it ends; what is left is requested on a later tick.
-            return skip(f"run {running.run_id[:8]} is still ingesting")
-        key = run_key(waiting, version, generation)
-        if key == last.run_key:
-            return skip(
-                f"a run was already requested for these offsets ({key}) and has not ingested "
-                "them; if it failed, re-execute it"
-            )
+            return tick.skip(f"run {running.run_id[:8]} is still ingesting")
         backlog = sum(h - s for parts in waiting.values() for s, h in parts.values())
-        return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(
-                    run_key=key,
-                    partition_key=today().isoformat(),
-                    tags={INCREMENTAL_TAG: INCREMENTAL, "cdc/backlog": str(backlog)},
-                )
-            ],
-            cursor=SensorCursor(run_key=key, raw_version=version, generation=generation).dumps(),
+        return tick.request(
+            waiting_text(waiting),
+            "offsets",
+            lambda key: dg.RunRequest(
+                run_key=key,
+                partition_key=today().isoformat(),
+                tags={INCREMENTAL_TAG: INCREMENTAL, "cdc/backlog": str(backlog)},
+            ),
         )
 
     return kafka_sensor

@@ -1,4 +1,5 @@
-"""What the sensors of a source share: run tags, the in-flight check and the cursor.
+"""What the sensors of a source share: run tags, the in-flight check, the cursor, run keys and
+the shape of a tick (``Tick``: skip, or request once per state).
 
 Every run of a source carries ``cdc/source: <source>`` (the ingest job's tags, the source's
 automation sensor's run tags); the run queue (deploy/dagster.yaml) lets one run per value of that
@@ -6,7 +7,9 @@ tag in progress at a time. The sensors also skip while a run of their job is in 
 do not pile up requests behind it.
 """
 
+import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import dagster as dg
@@ -67,3 +70,53 @@ class SensorCursor:
 
     def dumps(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+
+# Longer run keys are hashed: Dagster stores the key as a run tag.
+_MAX_KEY_LENGTH = 200
+
+
+def run_key(pending: str, raw_version: int | None, generation: int) -> str:
+    """The run key of a request for ``pending`` (what raw lacks, as text), read from raw at
+    ``raw_version``, in the cursor's ``generation``: one state always gives the same key."""
+    if len(pending) > _MAX_KEY_LENGTH:
+        pending = "sha1:" + hashlib.sha1(pending.encode()).hexdigest()
+    return f"{pending}|raw={'none' if raw_version is None else raw_version}|gen={generation}"
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One tick of a source's sensor: the cursor it found and raw's version now."""
+
+    last: SensorCursor
+    raw_version: int | None
+
+    @classmethod
+    def start(cls, cursor: str | None, raw_version: int | None) -> "Tick":
+        return cls(SensorCursor.parse(cursor), raw_version)
+
+    @property
+    def generation(self) -> int:
+        """The cursor's generation, one more when raw was recreated (what it lacks starts
+        over, and new run keys must differ from the old ones)."""
+        return self.last.generation_at(self.raw_version)
+
+    def skip(self, reason: str) -> dg.SensorResult:
+        cursor = SensorCursor(
+            run_key=self.last.run_key, raw_version=self.raw_version, generation=self.generation
+        )
+        return dg.SensorResult(skip_reason=reason, cursor=cursor.dumps())
+
+    def request(
+        self, pending: str, what: str, make: Callable[[str], dg.RunRequest]
+    ) -> dg.SensorResult:
+        """The run ``make(run_key)`` for ``pending`` (``what`` it names, for the skip reason),
+        unless the last request was for the same state: it has not ingested them yet."""
+        key = run_key(pending, self.raw_version, self.generation)
+        if key == self.last.run_key:
+            return self.skip(
+                f"a run was already requested for these {what} ({key}) and has not ingested "
+                "them; if it failed, re-execute it"
+            )
+        cursor = SensorCursor(run_key=key, raw_version=self.raw_version, generation=self.generation)
+        return dg.SensorResult(run_requests=[make(key)], cursor=cursor.dumps())

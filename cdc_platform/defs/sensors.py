@@ -1,29 +1,27 @@
 """The landing sensor of a files source: one incremental run at a time for the files raw lacks."""
 
-import hashlib
-
 import dagster as dg
 
 from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.resources import LakeResource
-from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SensorCursor, run_in_flight
+from cdc_platform.defs.runs import (
+    INCREMENTAL,
+    INCREMENTAL_TAG,
+    SensorCursor,
+    Tick,
+    run_in_flight,
+)
 from cdc_platform.steps import ingest
 
 # Run tags of a run over several dates (what a backfill over a partition range sets).
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-# Longer run keys are hashed: Dagster stores the key as a run tag.
-_MAX_KEY_LENGTH = 200
 
 
-def run_key(pending: dict[str, list[str]], raw_version: int | None, generation: int) -> str:
-    """The run key of a request for ``pending`` (date -> landing files raw lacks), read from raw
-    at ``raw_version``, in the cursor's ``generation``: one state always gives the same key."""
-    files = ";".join(f"{d}:{','.join(sorted(names))}" for d, names in sorted(pending.items()))
-    if len(files) > _MAX_KEY_LENGTH:
-        files = "sha1:" + hashlib.sha1(files.encode()).hexdigest()
-    return f"{files}|raw={'none' if raw_version is None else raw_version}|gen={generation}"
+def pending_text(pending: dict[str, list[str]]) -> str:
+    """``pending`` (date -> landing files raw lacks) as the text of its run key."""
+    return ";".join(f"{d}:{','.join(sorted(names))}" for d, names in sorted(pending.items()))
 
 
 def request_for(dates: list[str], key: str, files: int) -> dg.RunRequest:
@@ -57,23 +55,17 @@ def build_landing_sensor(
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
-        last = SensorCursor.parse(context.cursor)
         if running := run_in_flight(context.instance, job_name):
             # Raw is being written: what it will lack is known once the run is done.
             return dg.SensorResult(
                 skip_reason=f"run {running.run_id[:8]} of {job_name} is queued or running",
-                cursor=last.dumps(),
+                cursor=SensorCursor.parse(context.cursor).dumps(),
             )
-        version = delta.version(delta.table_uri(lake.warehouse_path, delta.RAW, source.name))
-        generation = last.generation_at(version)  # raw recreated: its files are pending again
+        raw = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+        tick = Tick.start(context.cursor, delta.version(raw))  # recreated: files pending again
         pending = ingest.pending_landing_files(
             lake.warehouse_path, source.name, lake.landing_for(source.name)
         )
-
-        def skip(reason: str) -> dg.SensorResult:
-            cursor = SensorCursor(run_key=last.run_key, raw_version=version, generation=generation)
-            return dg.SensorResult(skip_reason=reason, cursor=cursor.dumps())
-
         valid = set(partitions.get_partition_keys())
         outside = sorted(d for d in pending if d not in valid)
         if outside:
@@ -85,20 +77,13 @@ def build_landing_sensor(
             )
         pending = {d: names for d, names in pending.items() if d in valid}
         if not pending:
-            return skip(
+            return tick.skip(
                 "raw holds every landing file"
                 + (f" (dates outside the partitions: {', '.join(outside)})" if outside else "")
             )
-        key = run_key(pending, version, generation)
-        if key == last.run_key:
-            return skip(
-                f"a run was already requested for these files ({key}) and has not ingested "
-                "them; if it failed, re-execute it"
-            )
         files = sum(len(names) for names in pending.values())
-        return dg.SensorResult(
-            run_requests=[request_for(sorted(pending), key, files)],
-            cursor=SensorCursor(run_key=key, raw_version=version, generation=generation).dumps(),
+        return tick.request(
+            pending_text(pending), "files", lambda key: request_for(sorted(pending), key, files)
         )
 
     return landing_sensor

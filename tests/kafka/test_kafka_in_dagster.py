@@ -21,10 +21,10 @@ from confluent_kafka import Consumer, TopicPartition
 from cdc_platform import freshness, lake
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
-from cdc_platform.defs.kafka import run_key
+from cdc_platform.defs.kafka import waiting_text
 from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import build_resources
-from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG
+from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, run_key
 from cdc_platform.ingest import kafka
 from cdc_platform.spark.normalize import table_name
 from cdc_platform.steps.merge import current_rows, merge_current
@@ -239,7 +239,7 @@ def test_a_reset_or_a_recreated_raw_gets_a_new_run_key(kafka_bootstrap, tmp_path
     with dg.instance_for_test() as instance:
         location = _Location(catalog, instance)
         (first,) = location.tick()
-        assert first.run_key == run_key(everything, None, 0)
+        assert first.run_key == run_key(waiting_text(everything), None, 0)
         kafka.ingest_kafka(warehouse, source)
         assert location.tick() == []
         ingested = lake.version(raw_uri)
@@ -250,14 +250,14 @@ def test_a_reset_or_a_recreated_raw_gets_a_new_run_key(kafka_bootstrap, tmp_path
         # Offsets reset to the earliest: the offsets of the first request, at a new raw version.
         kafka.reset_offsets(warehouse, source, "earliest")
         (after_reset,) = location.tick()
-        assert after_reset.run_key == run_key(everything, lake.version(raw_uri), 0)
+        assert after_reset.run_key == run_key(waiting_text(everything), lake.version(raw_uri), 0)
         assert lake.version(raw_uri) > ingested
 
         # Raw deleted for a clean reingest: offsets and versions start over, the generation
         # does not, so the key is not the first request's again.
         shutil.rmtree(raw_uri)
         (recreated,) = location.tick()
-        assert recreated.run_key == run_key(everything, None, 1) != first.run_key
+        assert recreated.run_key == run_key(waiting_text(everything), None, 1) != first.run_key
         assert json.loads(location.cursor)["generation"] == 1
 
 
@@ -313,10 +313,10 @@ _CRASH = textwrap.dedent(
     catalog = load_catalog(sys.argv[1])
     real = lake.append_normalized
 
-    def append_then_die(data, uri, raw_version, metadata=None):
+    def append_then_die(data, uri, raw_version, metadata=None, **options):
         if "/quarantine/" in uri:
             os._exit(17)  # the change log and control log are written, the quarantine is not
-        return real(data, uri, raw_version, metadata)
+        return real(data, uri, raw_version, metadata, **options)
 
     lake.append_normalized = append_then_die
     normalize_new(get_spark("local[1]"), catalog.warehouse_path, catalog.source("k"))
