@@ -11,7 +11,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test fuzz lint bench bench-merge bench-latency bench-soak bench-sweep bench-landing \
+.PHONY: install browser demo test fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-landing \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -83,6 +83,10 @@ fuzz: install
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The sources.yaml reference, from the catalog's field descriptions (a test keeps it current).
+docs: install
+	$(BIN)/python -m cdc_platform.config_reference > docs/configuration-reference.md
 
 bench: install
 	$(BIN)/python bench/throughput.py

@@ -59,12 +59,18 @@ class QualityConfig(_Strict):
 class TableConfig(_Strict):
     """One source table: how to find its messages, its key and column types."""
 
-    name: str
+    name: str = Field(description="asset key part: changelog/<source>/<name>, current/...")
     source_table: str | None = Field(
         None, description="qualified name in the messages (db[.schema].table); default: name"
     )
-    primary_key: list[str] | None = None
-    column_types: dict[str, str] = Field(default_factory=dict)
+    primary_key: list[str] | None = Field(
+        None, description="key columns (a list or 'a, b'); default: the message's key fields"
+    )
+    column_types: dict[str, str] = Field(
+        default_factory=dict,
+        description="column -> Spark SQL type (string boolean tinyint smallint int bigint float "
+        "double decimal(p,s) date timestamp binary); wins over the message's schema",
+    )
     column_list: list[str] | None = Field(None, description="keep only these columns (+ key)")
     except_column_list: list[str] | None = Field(None, description="drop these columns")
     ignore_null_updates: bool = Field(
@@ -74,9 +80,13 @@ class TableConfig(_Strict):
         None, gt=0, description="purge tombstones of deleted keys after this; default: keep"
     )
     history: bool = Field(False, description="keep an SCD type 2 history/<source>/<table>")
-    track_history_column_list: list[str] | None = None
-    track_history_except_column_list: list[str] | None = None
-    quality: QualityConfig | None = None
+    track_history_column_list: list[str] | None = Field(
+        None, description="only changes to these columns open a history version"
+    )
+    track_history_except_column_list: list[str] | None = Field(
+        None, description="changes to any column but these open a history version"
+    )
+    quality: QualityConfig | None = Field(None, description="this table's quality overrides")
     max_lag_minutes: float | None = Field(
         None, gt=0, description="freshness check fails beyond this lag; default: the source's"
     )
@@ -194,8 +204,14 @@ class KafkaConfig(_Strict):
     idle_timeout_seconds: float = Field(
         10.0, gt=0, description="end the batch when no partition delivered anything for this long"
     )
-    consumer: dict[str, str] = Field(default_factory=dict)
-    security: dict[str, str] = Field(default_factory=dict)
+    consumer: dict[str, str] = Field(
+        default_factory=dict, description="more librdkafka consumer properties"
+    )
+    security: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka security properties (security.protocol, sasl.*, ssl.*); "
+        "secrets as ${ENV_VAR}",
+    )
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
@@ -272,13 +288,22 @@ class KafkaConfig(_Strict):
 class SourceConfig(_Strict):
     """One topic (or landing folder) and the tables it carries."""
 
-    name: str
-    transport: Literal["files", "kafka"] = "files"
+    name: str = Field(description="asset key part and landing sub-folder")
+    transport: Literal["files", "kafka"] = Field(
+        "files", description="landing files, or a Kafka topic (the kafka block)"
+    )
     kafka: KafkaConfig | None = Field(None, description="brokers and topics of transport: kafka")
     location: str | None = Field(None, description="landing folder; default <landing>/<name>")
-    format: str = "auto"
-    format_options: dict[str, str] = Field(default_factory=dict)
-    tables: list[TableConfig] = Field(default_factory=list)
+    format: str = Field(
+        "auto", description="message format (docs/formats.md); auto detects it per message"
+    )
+    format_options: dict[str, str] = Field(
+        default_factory=dict, description="options of the format, e.g. lindorm.hbase: 'true'"
+    )
+    tables: list[TableConfig] = Field(
+        default_factory=list,
+        description="declared tables; others found in the data are routed by their name",
+    )
     quality: QualityConfig | None = Field(None, description="defaults for its tables")
     sensor_interval_seconds: int = Field(
         5,
@@ -359,9 +384,9 @@ class SourceConfig(_Strict):
 class SparkConfig(_Strict):
     """Where Spark runs and its settings: the ``spark`` block, or ``spark_settings``' result."""
 
-    master: str = "local[*]"
+    master: str = Field("local[*]", description="any Spark master URL")
     remote: str | None = Field(None, description="Spark Connect URL; overrides master")
-    conf: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, str] = Field(default_factory=dict, description="Spark settings")
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -384,10 +409,14 @@ class SparkConfig(_Strict):
 class Catalog(_Strict):
     """The whole sources file."""
 
-    warehouse: str = "var/warehouse"
-    landing: str = "var/landing"
-    spark: SparkConfig = Field(default_factory=SparkConfig)
-    sources: list[SourceConfig]
+    warehouse: str = Field(
+        "var/warehouse", description="the Delta tables; relative to the sources file"
+    )
+    landing: str = Field(
+        "var/landing", description="landing files: <landing>/<source>/dt=YYYY-MM-DD/*"
+    )
+    spark: SparkConfig = Field(default_factory=SparkConfig, description="where Spark runs")
+    sources: list[SourceConfig] = Field(description="the sources and their tables")
     base_dir: Path = Field(Path("."), exclude=True)
 
     @model_validator(mode="after")
