@@ -269,16 +269,14 @@ def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> di
     """Ingest, normalize, merge into a fresh warehouse; times and the check."""
     warehouse = out / f"warehouse-{fmt}"
     shutil.rmtree(warehouse, ignore_errors=True)
-    source = SourceConfig(name=SOURCE, format=fmt)
+    source = SourceConfig(name=SOURCE, format=fmt, primary_key=["id"], column_types=TYPES)
     t: dict[str, float] = {}
     cpu = cpu_seconds()
     start = time.perf_counter()
     ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
     t["ingest"] = time.perf_counter() - start
     start = time.perf_counter()
-    result = normalize_source(
-        spark, warehouse, source, [DATE], key_override=["id"], types_override=TYPES
-    )
+    result = normalize_source(spark, warehouse, source, [DATE])
     t["normalize"] = time.perf_counter() - start
     start = time.perf_counter()
     for table in result.tables:

@@ -263,9 +263,10 @@ def ours_job(spark, landing: Path, warehouse: Path, with_schema: bool, times=Non
         ingest_files(warehouse, SOURCE, [(landing, str(landing))], DATE, whole_date=True)
     with timed(times, "normalize", probes):
         result = normalize_source(
-            spark, warehouse, SourceConfig(name=SOURCE, format="debezium"), [DATE],
-            key_override=["id"],
-            types_override=None if with_schema else TYPES,
+            spark, warehouse,
+            SourceConfig(name=SOURCE, format="debezium", primary_key=["id"],
+                         column_types={} if with_schema else TYPES),
+            [DATE],
         )  # fmt: skip
     table = next(iter(result.tables))
     with timed(times, "merge", probes):

@@ -41,6 +41,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _types(v: dict[str, str]) -> dict[str, str]:
+    """Column types as Spark SQL names (ValueError naming an unknown one)."""
+    return {col: parse_type(t) for col, t in v.items()}
+
+
+def _key(v: object) -> object:
+    """A key given as ``"a, b"`` as a list."""
+    return [c.strip() for c in v.split(",")] if isinstance(v, str) else v
+
+
 class QualityConfig(_Strict):
     """Overrides of the data-quality suites (expectations/) for a source or one of its tables."""
 
@@ -99,12 +109,12 @@ class TableConfig(_Strict):
     @field_validator("column_types")
     @classmethod
     def _valid_types(cls, v: dict[str, str]) -> dict[str, str]:
-        return {col: parse_type(t) for col, t in v.items()}
+        return _types(v)
 
     @field_validator("primary_key", mode="before")
     @classmethod
     def _split_key(cls, v: object) -> object:
-        return [c.strip() for c in v.split(",")] if isinstance(v, str) else v
+        return _key(v)
 
     @model_validator(mode="after")
     def _consistent_lists(self) -> "TableConfig":
@@ -300,6 +310,13 @@ class SourceConfig(_Strict):
     format_options: dict[str, str] = Field(
         default_factory=dict, description="options of the format, e.g. lindorm.hbase: 'true'"
     )
+    primary_key: list[str] | None = Field(
+        None, description="key columns of every table that has no primary_key of its own"
+    )
+    column_types: dict[str, str] = Field(
+        default_factory=dict,
+        description="column -> type for every table (a table's own column_types win)",
+    )
     tables: list[TableConfig] = Field(
         default_factory=list,
         description="declared tables; others found in the data are routed by their name",
@@ -318,6 +335,16 @@ class SourceConfig(_Strict):
         None,
         description="first daily partition (YYYY-MM-DD); default: the source's earliest data",
     )
+
+    @field_validator("column_types")
+    @classmethod
+    def _valid_types(cls, v: dict[str, str]) -> dict[str, str]:
+        return _types(v)
+
+    @field_validator("primary_key", mode="before")
+    @classmethod
+    def _split_key(cls, v: object) -> object:
+        return _key(v)
 
     @field_validator("name")
     @classmethod

@@ -417,30 +417,24 @@ def _replay(args: argparse.Namespace) -> int:
     files = _input_files(args.inputs)
     _check_warehouse(args.warehouse, must_exist=False)
     try:
-        source = SourceConfig(
-            name=args.source,
-            format=args.format,
-            format_options=parse_pairs(args.format_option, "--format-option"),
-        )
-    except ValueError as e:  # pydantic's ValidationError is a ValueError
-        raise UserError(str(e).splitlines()[-1].strip().removeprefix("Value error, ")) from None
-    try:
         types = {
             c: parse_type(t) for c, t in parse_pairs(args.column_type, "--column-type").items()
         }
     except ValueError as e:
         raise UserError(str(e)) from None
-    key = [c.strip() for c in args.primary_key.split(",")] if args.primary_key else None
+    try:
+        # --primary-key and --column-type hold for every table of the replayed files.
+        source = SourceConfig(
+            name=args.source,
+            format=args.format,
+            format_options=parse_pairs(args.format_option, "--format-option"),
+            primary_key=args.primary_key or None,
+            column_types=types,
+        )
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        raise UserError(str(e).splitlines()[-1].strip().removeprefix("Value error, ")) from None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
-    summary, result = replay(
-        _spark(args),
-        args.warehouse.resolve(),
-        files,
-        source,
-        today,
-        key_override=key,
-        types_override=types,
-    )
+    summary, result = replay(_spark(args), args.warehouse.resolve(), files, source, today)
     for reason, n in sorted(result.quarantine_reasons.items()):
         print(f"quarantined {n}: {reason}", file=sys.stderr)
     print(json.dumps(summary, sort_keys=True))

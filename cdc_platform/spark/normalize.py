@@ -216,8 +216,6 @@ def _stated_specs(source_format: str, value_schema: str | None) -> dict[str, Col
 def plan_tables(
     changes: DataFrame,
     source: SourceConfig,
-    key_override: list[str] | None = None,
-    types_override: dict[str, str] | None = None,
     known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
 ) -> dict[str, TablePlan]:
     """Decide key and column types of every table in ``changes`` (one small aggregation).
@@ -275,7 +273,7 @@ def plan_tables(
     for qualified, plan in plans.items():
         cfg = _match(qualified, source.tables)
         known_types = (known or {}).get(qualified, ([], {}))[1]
-        configured = {**(cfg.column_types if cfg else {}), **(types_override or {})}
+        configured = {**source.column_types, **(cfg.column_types if cfg else {})}
         for col, sql_type in configured.items():
             if plan.hbase:
                 plan.specs[col] = hbase_spec(sql_type)
@@ -295,8 +293,8 @@ def plan_tables(
                 if col not in configured:
                     plan.specs[col] = hbase_spec(None if spec == STRING else spec.type)
         plan.key = list(
-            key_override
-            or (cfg.primary_key if cfg else None)
+            (cfg.primary_key if cfg else None)
+            or source.primary_key
             or plan.observed_key
             or (known or {}).get(qualified, ([], {}))[0]
         )
@@ -324,8 +322,6 @@ def plan_tables(
 def predict_plans(
     raw: DataFrame,
     source: SourceConfig,
-    key_override: list[str] | None = None,
-    types_override: dict[str, str] | None = None,
     known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
 ) -> list[TablePlan]:
     """Plans of the tables a batch's first messages change (``SAMPLE_ROWS``; at most
@@ -334,7 +330,7 @@ def predict_plans(
     to the plan of the whole batch."""
     sample = parse_messages(raw.limit(SAMPLE_ROWS), source)
     changes = sample.where(F.col("kind") == C.KIND_CHANGE)
-    plans = plan_tables(changes, source, key_override, types_override, known)
+    plans = plan_tables(changes, source, known)
     usable = [p for p in plans.values() if not p.problem and not p.bad_schemas]
     return usable[:MAX_TYPED_TABLES]
 

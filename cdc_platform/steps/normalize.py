@@ -80,8 +80,6 @@ def normalize_source(
     warehouse: Path,
     source: SourceConfig,
     dates: list[str],
-    key_override: list[str] | None = None,
-    types_override: dict[str, str] | None = None,
 ) -> NormalizeResult:
     """Raw partitions ``dates`` -> replace those partitions of each table's change log, DDL log,
     the control log and the quarantine (files sources; backfills of any source). For a Kafka
@@ -92,18 +90,16 @@ def normalize_source(
     if version is None:
         return NormalizeResult()
     if source.transport == "kafka":
-        normalize_new(spark, warehouse, source, key_override, types_override, upto=version)
+        normalize_new(spark, warehouse, source, upto=version)
     raw = lake.read(spark, raw_uri, only_files=lake.files(raw_uri, version))
     raw = raw.where(F.col("ingest_date").isin(*dates))
-    return _normalize(spark, warehouse, source, raw, version, dates, key_override, types_override)
+    return _normalize(spark, warehouse, source, raw, version, dates)
 
 
 def normalize_new(
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
-    key_override: list[str] | None = None,
-    types_override: dict[str, str] | None = None,
     upto: int | None = None,
 ) -> NormalizeResult:
     """Raw batches added since the last run -> appended to every output (a sensor run of any
@@ -140,9 +136,7 @@ def normalize_new(
         with phase("normalize.delete_replaced"):
             for uri in _normalize_outputs(warehouse, source) if replaced else []:
                 _delete_landing_rows(spark, uri, replaced, high)
-        result.add(
-            _normalize(spark, warehouse, source, raw, high, None, key_override, types_override)
-        )
+        result.add(_normalize(spark, warehouse, source, raw, high, None))
     with phase("normalize.written_files"):
         result.written = {raw_uri: lake.files_between(raw_uri, first, upto)} if steps else {}
         for uri in _normalize_outputs(warehouse, source):
@@ -209,8 +203,6 @@ def split_parsed(
     source: SourceConfig,
     parsed: DataFrame,
     staging: lake.Staging,
-    key_override: list[str] | None = None,
-    types_override: dict[str, str] | None = None,
     typed: list[normalize.TablePlan] | None = None,
     rest: bool = True,
     known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
@@ -230,9 +222,7 @@ def split_parsed(
         for p in typed:  # the rest of a typed table is typed as the table it joins
             types = known.get(p.qualified, ([], {}))[1]
             known[p.qualified] = (p.key, {**types, **{c: s.type for c, s in p.specs.items()}})
-    plans = (
-        normalize.plan_tables(changes, source, key_override, types_override, known) if rest else {}
-    )
+    plans = normalize.plan_tables(changes, source, known) if rest else {}
     quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
     split = SplitChanges([], parsed.limit(0))
 
@@ -278,8 +268,6 @@ def _normalize(
     raw: DataFrame,
     raw_version: int,
     dates: list[str] | None,
-    key_override: list[str] | None,
-    types_override: dict[str, str] | None,
 ) -> NormalizeResult:
     """Parse ``raw`` and write each output: replacing the partitions ``dates``, or appending
     (``dates`` None). Every commit records ``raw_version``. Spark writes every output; the
@@ -299,7 +287,7 @@ def _normalize(
     try:
         with phase("normalize.predict_plans"):
             known = known_tables(warehouse, source)
-            typed = normalize.predict_plans(raw, source, key_override, types_override, known)
+            typed = normalize.predict_plans(raw, source, known)
         with phase("normalize.parse"):
             parsed = staging.keep(normalize.parse_messages(raw, source, typed))
         untyped = F.col(normalize.TYPED).isNull() if typed else F.lit(True)
@@ -313,9 +301,7 @@ def _normalize(
         result.control = kinds.get(C.KIND_CONTROL, 0)
         result.ddl = kinds.get(C.KIND_DDL, 0)
         with phase("normalize.split"):
-            split = split_parsed(
-                warehouse, source, parsed, staging, key_override, types_override, typed, rest, known
-            )
+            split = split_parsed(warehouse, source, parsed, staging, typed, rest, known)
         for plan, data in split.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})

@@ -18,8 +18,6 @@ def replay(
     files: list[Path],
     source: SourceConfig,
     default_date: str,
-    key_override: list[str] | None = None,
-    types_override: dict[str, str] | None = None,
 ) -> tuple[dict, NormalizeResult]:
     """Files -> raw -> changelog -> current for every table found; returns (summary, details).
 
@@ -30,14 +28,7 @@ def replay(
         by_date.setdefault(landing.date_of(f, default_date), []).append((f, str(f.resolve())))
     for date, group in sorted(by_date.items()):
         ingest_files(warehouse, source.name, group, date, whole_date=False)
-    result = normalize_source(
-        spark,
-        warehouse,
-        source,
-        sorted(by_date),
-        key_override=key_override,
-        types_override=types_override,
-    )
+    result = normalize_source(spark, warehouse, source, sorted(by_date))
     summary: dict = {"tables": {}, "quarantined": result.quarantined}
     for t in result.tables.values():
         merged = merge_current(

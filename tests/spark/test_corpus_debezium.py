@@ -36,10 +36,13 @@ def _replay(spark, warehouse, entry: dict, path) -> tuple[dict, list[dict]]:
         spark,
         warehouse,
         [path],
-        SourceConfig(name="corpus", format="debezium"),
+        SourceConfig(
+            name="corpus",
+            format="debezium",
+            primary_key=entry["primary_key"],
+            column_types=_column_types(entry),
+        ),
         "2026-01-01",
-        key_override=entry["primary_key"],
-        types_override=_column_types(entry),
     )
     rows = current_rows(spark, warehouse, "corpus", table_name(entry["table"]))
     ordered = rows.orderBy(*entry["primary_key"]).toArrow().to_pylist()

@@ -19,8 +19,8 @@ from cdc_platform.steps.merge import current_rows
 from cdc_platform.steps.replay import replay
 
 pytestmark = pytest.mark.spark
-SOURCE = SourceConfig(name="crash", format="debezium")
 KEY = ["id"]
+SOURCE = SourceConfig(name="crash", format="debezium", primary_key=KEY)
 DAYS = ("2026-01-01", "2026-01-02")
 
 # Runs one replay in a process of its own that kills itself (SIGKILL: no cleanup of any kind)
@@ -59,8 +59,8 @@ _KILLED_REPLAY = textwrap.dedent(
         return adds
 
     commit.commit, data_files.write = killing_commit, killing_write
-    source = SourceConfig(name="crash", format="debezium")
-    replay(get_spark(), Path(warehouse), [Path(landing)], source, date, key_override=["id"])
+    source = SourceConfig(name="crash", format="debezium", primary_key=["id"])
+    replay(get_spark(), Path(warehouse), [Path(landing)], source, date)
     print("not killed", flush=True)
     """
 )
@@ -98,7 +98,7 @@ def _landing(root: Path) -> list[Path]:
 
 
 def _replay(spark, warehouse: Path, landing: Path, date: str) -> None:
-    replay(spark, warehouse, [landing], SOURCE, date, key_override=KEY)
+    replay(spark, warehouse, [landing], SOURCE, date)
 
 
 def _tables(spark, warehouse: Path) -> dict:

@@ -93,8 +93,9 @@ def _user(i: int, name: str, score: float) -> dict:
 
 def _replay(spark, warehouse, files):
     return replay(
-        spark, warehouse, files, SourceConfig(name=SOURCE, format="datahub-tuple"), DATE,
-        key_override=["id"], types_override=TYPES,
+        spark, warehouse, files,
+        SourceConfig(name=SOURCE, format="datahub-tuple", primary_key=["id"], column_types=TYPES),
+        DATE,
     )  # fmt: skip
 
 

@@ -67,8 +67,9 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 def _replay(spark, warehouse, files, key=None, types=None):
     return replay(
-        spark, warehouse, files, SourceConfig(name=SOURCE, format="dataworks"), DATE,
-        key_override=key, types_override=types,
+        spark, warehouse, files,
+        SourceConfig(name=SOURCE, format="dataworks", primary_key=key, column_types=types or {}),
+        DATE,
     )  # fmt: skip
 
 

@@ -24,6 +24,13 @@ pytestmark = pytest.mark.spark
 
 DATE = "2026-01-01"
 SOURCE = SourceConfig(name="t", format="maxwell")
+
+
+def _source(**settings) -> SourceConfig:
+    """SOURCE with a key or column types for every table."""
+    return SourceConfig(name="t", format="maxwell", **settings)
+
+
 # EXPECTED.json names the types Flink's test declares ("INT NOT NULL", "STRING", "FLOAT").
 FLINK_TO_SQL = {"INT": "int", "STRING": "string", "FLOAT": "float", "DOUBLE": "double"}
 
@@ -189,8 +196,9 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     name = "maxwell/maxwell-data.txt"
     entry = expected[name]
     summary, result = replay(
-        spark, warehouse, [CORPUS / name], SOURCE, DATE,
-        key_override=entry["primary_key"], types_override=_column_types(entry),
+        spark, warehouse, [CORPUS / name],
+        _source(primary_key=entry["primary_key"], column_types=_column_types(entry)),
+        DATE,
     )  # fmt: skip
 
     rows = _current(spark, warehouse, entry["table"])
@@ -261,9 +269,8 @@ def test_end_to_end(spark, warehouse, tmp_path):
         spark,
         warehouse,
         [path],
-        SOURCE,
+        _source(column_types={"id": "int", "price": "decimal(38,9)"}),
         DATE,
-        types_override={"id": "int", "price": "decimal(38,9)"},
     )
 
     assert _current(spark, warehouse, "shop.orders") == [

@@ -24,6 +24,13 @@ pytestmark = pytest.mark.spark
 
 DATE = "2026-01-01"
 SOURCE = SourceConfig(name="t", format="ogg")
+
+
+def _source(**settings) -> SourceConfig:
+    """SOURCE with a key or column types for every table."""
+    return SourceConfig(name="t", format="ogg", **settings)
+
+
 FLINK_TO_SQL = {"INT": "int", "STRING": "string", "FLOAT": "float", "DOUBLE": "double"}
 
 
@@ -130,8 +137,9 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     name = "ogg/ogg-data.txt"
     entry = expected[name]
     summary, result = replay(
-        spark, warehouse, [CORPUS / name], SOURCE, DATE,
-        key_override=entry["primary_key"], types_override=_column_types(entry),
+        spark, warehouse, [CORPUS / name],
+        _source(primary_key=entry["primary_key"], column_types=_column_types(entry)),
+        DATE,
     )  # fmt: skip
 
     rows = _current(spark, warehouse, entry["table"], entry["primary_key"][0])
@@ -182,7 +190,11 @@ def test_end_to_end(spark, warehouse, tmp_path):
     text = path.read_text().replace('"SAL": 0}', '"SAL": 12345678901234567890.123456789}')
     path.write_text(text)
     summary, result = replay(
-        spark, warehouse, [path], SOURCE, DATE, types_override={"ID": "int", "SAL": "decimal(38,9)"}
+        spark,
+        warehouse,
+        [path],
+        _source(column_types={"ID": "int", "SAL": "decimal(38,9)"}),
+        DATE,
     )
 
     assert _current(spark, warehouse, "HR.EMP") == [

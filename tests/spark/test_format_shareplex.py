@@ -58,8 +58,9 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 def _replay(spark, warehouse, files, key=None, types=None):
     return replay(
-        spark, warehouse, files, SourceConfig(name="t", format="shareplex"), DATE,
-        key_override=key, types_override=types,
+        spark, warehouse, files,
+        SourceConfig(name="t", format="shareplex", primary_key=key, column_types=types or {}),
+        DATE,
     )  # fmt: skip
 
 
@@ -244,7 +245,7 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
         msg("ins", CUSTOMERS, 702, 1, key={"ID": "9"}),
     ]  # fmt: skip
     path = _write(tmp_path / "shareplex.jsonl", lines)
-    # types_override applies to every table: only the shared ID column is typed
+    # the source's column_types apply to every table: only the shared ID column is typed
     summary, result = _replay(spark, warehouse, [path], types={"ID": "int"})
 
     assert summary["tables"][CUSTOMERS] == {"inserted": 3, "updated": 3, "deleted": 1, "rows": 2}

@@ -69,8 +69,9 @@ def _kafka(offset: int, key: object, value: object) -> str:
 
 def _replay(spark, warehouse, files, key=None, types=None):
     return replay(
-        spark, warehouse, files, SourceConfig(name="seed", format="debezium"), DATE,
-        key_override=key, types_override=types,
+        spark, warehouse, files,
+        SourceConfig(name="seed", format="debezium", primary_key=key, column_types=types or {}),
+        DATE,
     )  # fmt: skip
 
 

@@ -100,14 +100,14 @@ def _tables(spark, warehouse, tables) -> dict:
     return out
 
 
-def _replay(spark, tmp_path, name, lines, source, monkeypatch, sample, most, tables, **kw):
+def _replay(spark, tmp_path, name, lines, source, monkeypatch, sample, most, tables):
     monkeypatch.setattr(normalize, "SAMPLE_ROWS", sample)
     monkeypatch.setattr(normalize, "MAX_TYPED_TABLES", most)
     # One landing file: its path is part of each change's sequence.
     landing = tmp_path / "events.jsonl"
     landing.write_text("\n".join(lines) + "\n")
     warehouse = tmp_path / name
-    replay(spark, warehouse, [landing], source, DATE, **kw)
+    replay(spark, warehouse, [landing], source, DATE)
     return _tables(spark, warehouse, tables)
 
 
