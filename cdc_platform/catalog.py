@@ -384,6 +384,17 @@ class SourceConfig(_Strict):
         """The freshness limit of ``table`` in minutes."""
         return table.max_lag_minutes or self.max_lag_minutes
 
+    def with_found(self, found: dict[str, str]) -> list[TableConfig]:
+        """The declared tables, then the tables found in the data without a declaration
+        (``found``: table name -> qualified name, e.g. ``lake.changelog_tables``)."""
+        declared = {t.name for t in self.tables}
+        routed = [
+            TableConfig(name=name, source_table=qualified)
+            for name, qualified in sorted(found.items())
+            if name not in declared
+        ]
+        return [*self.tables, *routed]
+
     def table_config(self, name: str) -> TableConfig:
         """The declared table of that name, else defaults (a routed table)."""
         return next((t for t in self.tables if t.name == name), TableConfig(name=name))

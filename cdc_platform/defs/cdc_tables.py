@@ -30,7 +30,7 @@ from cdc_platform.defs.sensors import build_landing_sensor
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.ingest import ingest_landing
 from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_new, normalize_source, routed_tables
+from cdc_platform.steps.normalize import normalize_new, normalize_source
 from cdc_platform.timings import phase
 
 # Every partitioned asset of a chain gets the same policy, or Dagster falls back to one
@@ -354,7 +354,7 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     """Everything one source contributes: assets, the job its sensor runs, the sensor, its
     automation sensor, and the freshness checks of its tables."""
     source = with_start_date(source, catalog)  # its partitions start where its data starts
-    tables = [*source.tables, *routed_tables(catalog.warehouse_path, source)]
+    tables = source.with_found(delta.changelog_tables(catalog.warehouse_path, source.name))
     raw_key = asset_key(delta.RAW, source.name)
     if source.transport == "kafka":
         raw = build_kafka_raw_asset(source, raw_key)

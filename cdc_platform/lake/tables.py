@@ -52,6 +52,16 @@ def tables_under(warehouse: Path, layer: str, source: str) -> list[str]:
     return sorted(str(p) for p in folder.iterdir() if exists(str(p)))
 
 
+def changelog_tables(warehouse: Path, source: str) -> dict[str, str]:
+    """The tables normalization has routed for ``source`` so far: change-log table name -> the
+    qualified name its messages carry (``db[.schema].table``)."""
+    found = {}
+    for uri in tables_under(warehouse, CHANGELOG, source):
+        name = Path(uri).name
+        found[name] = state(uri).get("qualified", name)
+    return found
+
+
 def exists(uri: str) -> bool:
     return DeltaTable.is_deltatable(uri)
 

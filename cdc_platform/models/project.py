@@ -20,7 +20,6 @@ from jinja2 import nodes
 
 from cdc_platform import lake
 from cdc_platform.catalog import Catalog
-from cdc_platform.steps.normalize import routed_tables
 
 MATERIALIZATIONS = ("view", "table", "incremental")
 # The layers ``source()`` can read: current tables (live rows) and change logs (every record).
@@ -348,7 +347,7 @@ def catalog_tables(catalog: Catalog, warehouse: Path | None = None) -> set[tuple
     those routed into the warehouse without a declaration, as current and change-log tables."""
     found = set()
     for source in catalog.sources:
-        routed = routed_tables(warehouse or catalog.warehouse_path, source)
-        for table in [*source.tables, *routed]:
+        routed = lake.changelog_tables(warehouse or catalog.warehouse_path, source.name)
+        for table in source.with_found(routed):
             found |= {(layer, source.name, table.name) for layer in SOURCE_LAYERS}
     return found

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
-from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.lake import landing_files
 from cdc_platform.spark import normalize
@@ -402,16 +402,3 @@ def _write_ddl_log(
         write(lake.table_uri(warehouse, lake.DDL, source.name, name), rows)
         counts.setdefault(name, 0)
     return counts
-
-
-def routed_tables(warehouse: Path, source: SourceConfig) -> list[TableConfig]:
-    """Tables of ``source`` that normalization routed without a declaration, as table configs
-    (name and qualified source name), so the Dagster layer can give them assets too."""
-    declared = {t.name for t in source.tables}
-    found = []
-    for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
-        name = Path(uri).name
-        if name not in declared:
-            qualified = lake.state(uri).get("qualified", name)
-            found.append(TableConfig(name=name, source_table=qualified))
-    return found
