@@ -11,7 +11,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-landing \
+.PHONY: install browser demo test test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-landing \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -65,6 +65,11 @@ test: install browser
 	$(BIN)/ruff check .
 	@# The 25 slowest tests at the end: docs/testing.md keeps the list.
 	$(BIN)/pytest -q --durations=25
+
+# The tests that start no JVM and no browser (catalog, formats' contract, landing reader, sensors
+# on delta-rs tables, definitions, layering, CLI errors, Kafka ingest): well under 3 minutes.
+test-fast: install
+	$(BIN)/pytest -q -m "not spark and not browser and not jvm" --durations=10
 
 # Random exploration of the property and fuzz tests (tests/conftest.py's "fuzz" profile): new
 # examples every run, FUZZ_EXAMPLES per property; the fuzzed formats run mixed under `auto`.

