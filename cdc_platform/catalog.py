@@ -41,14 +41,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _types(v: dict[str, str]) -> dict[str, str]:
-    """Column types as Spark SQL names (ValueError naming an unknown one)."""
-    return {col: parse_type(t) for col, t in v.items()}
+class _KeyAndTypes(_Strict):
+    """What a table and a source both set: ``primary_key`` (a list, or ``"a, b"``) and
+    ``column_types`` (checked and written as Spark SQL names)."""
 
+    @field_validator("column_types", check_fields=False)
+    @classmethod
+    def _valid_types(cls, v: dict[str, str]) -> dict[str, str]:
+        return {col: parse_type(t) for col, t in v.items()}
 
-def _key(v: object) -> object:
-    """A key given as ``"a, b"`` as a list."""
-    return [c.strip() for c in v.split(",")] if isinstance(v, str) else v
+    @field_validator("primary_key", mode="before", check_fields=False)
+    @classmethod
+    def _split_key(cls, v: object) -> object:
+        return [c.strip() for c in v.split(",")] if isinstance(v, str) else v
 
 
 class QualityConfig(_Strict):
@@ -66,7 +71,7 @@ class QualityConfig(_Strict):
     )
 
 
-class TableConfig(_Strict):
+class TableConfig(_KeyAndTypes):
     """One source table: how to find its messages, its key and column types."""
 
     name: str = Field(description="asset key part: changelog/<source>/<name>, current/...")
@@ -105,16 +110,6 @@ class TableConfig(_Strict):
     @classmethod
     def _valid_name(cls, v: str) -> str:
         return _check_name(v)
-
-    @field_validator("column_types")
-    @classmethod
-    def _valid_types(cls, v: dict[str, str]) -> dict[str, str]:
-        return _types(v)
-
-    @field_validator("primary_key", mode="before")
-    @classmethod
-    def _split_key(cls, v: object) -> object:
-        return _key(v)
 
     @model_validator(mode="after")
     def _consistent_lists(self) -> "TableConfig":
@@ -295,7 +290,7 @@ class KafkaConfig(_Strict):
         return {k: resolve(k, v) for k, v in raw.items()}
 
 
-class SourceConfig(_Strict):
+class SourceConfig(_KeyAndTypes):
     """One topic (or landing folder) and the tables it carries."""
 
     name: str = Field(description="asset key part and landing sub-folder")
@@ -335,16 +330,6 @@ class SourceConfig(_Strict):
         None,
         description="first daily partition (YYYY-MM-DD); default: the source's earliest data",
     )
-
-    @field_validator("column_types")
-    @classmethod
-    def _valid_types(cls, v: dict[str, str]) -> dict[str, str]:
-        return _types(v)
-
-    @field_validator("primary_key", mode="before")
-    @classmethod
-    def _split_key(cls, v: object) -> object:
-        return _key(v)
 
     @field_validator("name")
     @classmethod
