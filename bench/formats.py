@@ -40,9 +40,9 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import dts_avro
 from cdc_platform.spark.session import get_spark
-from cdc_platform.steps.ingest import ingest_files
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_source
+from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.current import current_rows, merge_current
+from cdc_platform.steps.raw import ingest_files
 
 SOURCE = "bench"
 DATE = "2026-01-01"

@@ -2,7 +2,7 @@
 
 Builds a change log of ``--rows`` inserts (canonical change-log rows generated with Arrow, written
 with delta-rs: set-up, not timed), builds the current table from it with
-``steps.merge.merge_current`` (the full rebuild: ``full_refresh=True``, then the ordinary path
+``steps.current.merge_current`` (the full rebuild: ``full_refresh=True``, then the ordinary path
 into an empty table, whose last run is the base), then writes a second change-log partition
 updating ``--changed`` keys and times the incremental ``merge_current``, for two key distributions:
 
@@ -36,8 +36,8 @@ from throughput import cpu_seconds  # bench/ is the script's folder, on sys.path
 
 from cdc_platform import lake
 from cdc_platform.spark.session import get_spark
-from cdc_platform.steps import merge as merge_step
-from cdc_platform.steps.merge import merge_current
+from cdc_platform.steps import current as merge_step
+from cdc_platform.steps.current import merge_current
 
 SOURCE, TABLE = "bench", "t"
 DAY1, DAY2 = "2026-01-01", "2026-01-02"

@@ -31,9 +31,9 @@ from throughput import cpu_seconds  # bench/ is the script's folder, on sys.path
 
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.spark.session import get_spark
-from cdc_platform.steps.ingest import ingest_landing
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_new, normalize_source
+from cdc_platform.steps.changelog import normalize_new, normalize_source
+from cdc_platform.steps.current import current_rows, merge_current
+from cdc_platform.steps.raw import ingest_landing
 
 DATE = "2026-05-01"
 SOURCE = SourceConfig(

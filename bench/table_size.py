@@ -34,7 +34,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.quality import validations
 from cdc_platform.spark.session import get_spark
-from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.current import current_rows, merge_current
 
 BATCH = 1_000
 DAY = "2026-01-01"

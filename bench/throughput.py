@@ -32,11 +32,12 @@ from pyspark.sql.classic.dataframe import DataFrame
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.lake import data_files
-from cdc_platform.spark import apply, normalize
+from cdc_platform.normalize import split
+from cdc_platform.spark import apply
 from cdc_platform.spark.session import get_spark
-from cdc_platform.steps.ingest import ingest_files
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_source
+from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.current import current_rows, merge_current
+from cdc_platform.steps.raw import ingest_files
 
 SOURCE = "bench"
 DATE = "2026-01-01"
@@ -169,7 +170,7 @@ class Probes:
 
     TARGETS = [(lake, "overwrite_partitions"), (lake, "upsert_newer"), (lake, "replace"),
                (lake.Staging, "keep"),
-               (data_files, "write"), (normalize, "plan_tables"), (apply, "latest_truncate"),
+               (data_files, "write"), (split, "schema_groups"), (apply, "latest_truncate"),
                (DataFrame, "collect"), (DataFrame, "toArrow"), (DataFrame, "first"),
                (DataFrame, "count")]  # fmt: skip
 

@@ -442,7 +442,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _find_table(warehouse: Path, table: str, source: str | None) -> tuple[str, str]:
-    from cdc_platform.spark.normalize import table_name
+    from cdc_platform.normalize import table_name
 
     names = {table, table_name(table)}
     found = sorted(
@@ -477,7 +477,7 @@ def _jsonable(value: object) -> object:
 def _show(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
-    from cdc_platform.steps.merge import current_rows
+    from cdc_platform.steps.current import current_rows
 
     warehouse = args.warehouse.resolve()
     _check_warehouse(warehouse, must_exist=True)

@@ -27,10 +27,10 @@ from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, source_tags
 from cdc_platform.defs.sensors import build_landing_sensor
+from cdc_platform.steps.changelog import normalize_new, normalize_source
+from cdc_platform.steps.current import current_rows, merge_current
 from cdc_platform.steps.history import update_history
-from cdc_platform.steps.ingest import ingest_landing
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_new, normalize_source
+from cdc_platform.steps.raw import ingest_landing
 from cdc_platform.timings import phase
 
 # Every partitioned asset of a chain gets the same policy, or Dagster falls back to one

@@ -17,7 +17,7 @@ from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
 from cdc_platform.defs.keys import asset_key
 from cdc_platform.quality import docs, links, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
-from cdc_platform.steps.merge import MergeResult
+from cdc_platform.steps.current import MergeResult
 from cdc_platform.timings import phase
 
 SEVERITY = {suites.ERROR: dg.AssetCheckSeverity.ERROR, suites.WARN: dg.AssetCheckSeverity.WARN}

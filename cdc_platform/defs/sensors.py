@@ -12,7 +12,7 @@ from cdc_platform.defs.runs import (
     Tick,
     run_in_flight,
 )
-from cdc_platform.steps import ingest
+from cdc_platform.steps.raw import pending_landing_files
 
 # Run tags of a run over several dates (what a backfill over a partition range sets).
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -63,7 +63,7 @@ def build_landing_sensor(
             )
         raw = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
         tick = Tick.start(context.cursor, delta.version(raw))  # recreated: files pending again
-        pending = ingest.pending_landing_files(
+        pending = pending_landing_files(
             lake.warehouse_path, source.name, lake.landing_for(source.name)
         )
         valid = set(partitions.get_partition_keys())

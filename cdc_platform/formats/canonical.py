@@ -2,7 +2,7 @@
 
 Parsing happens in two steps. A format module turns raw messages into *parsed records* whose row
 images are still wire text (``map<string,string>``: column -> the value's JSON text, or the string
-itself). ``cdc_platform.spark.normalize`` then types those images per table into the *change log*
+itself). ``cdc_platform.normalize`` then types those images per table into the *change log*
 (typed ``before``/``after`` structs), which is the Delta table users see. Both column lists live
 here so that every layer agrees on them.
 """

@@ -3,7 +3,7 @@
 Every image value arrives as text (the JSON token, or the string itself). A ``ColumnSpec`` pairs the
 target type with a decoder; ``decode`` turns both into one native Spark expression, so typing runs
 inside the JVM with no Python per row. A value that does not decode becomes null and is reported
-as a type mismatch by ``cdc_platform.spark.normalize``.
+as a type mismatch by ``cdc_platform.normalize``.
 """
 
 import re

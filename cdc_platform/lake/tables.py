@@ -7,7 +7,7 @@ The asset key path ``[layer, source, table]`` is the table's path under the ware
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -60,6 +60,22 @@ def changelog_tables(warehouse: Path, source: str) -> dict[str, str]:
         name = Path(uri).name
         found[name] = state(uri).get("qualified", name)
     return found
+
+
+class ChangelogFacts(NamedTuple):
+    """What normalization needs to know of a change-log table it appends to."""
+
+    key: list[str]
+    types: dict[str, str]  # image column -> Spark SQL type
+
+
+def changelog_facts(warehouse: Path, source: str) -> dict[str, ChangelogFacts]:
+    """Key and image column types of ``source``'s change-log tables, by qualified name."""
+    return {
+        st["qualified"]: ChangelogFacts(st["key"], image_types(uri))
+        for uri in tables_under(warehouse, CHANGELOG, source)
+        if "key" in (st := state(uri))
+    }
 
 
 def exists(uri: str) -> bool:

@@ -8,8 +8,8 @@ from pyspark.sql import SparkSession
 from cdc_platform import lake
 from cdc_platform.catalog import Catalog, CatalogError, SourceConfig, load_catalog
 from cdc_platform.quality import docs, validations
-from cdc_platform.quality.redrive import RedriveResult, redrive
 from cdc_platform.quality.validate import SuiteRun
+from cdc_platform.steps.redrive import RedriveResult, redrive
 
 
 def warehouse_sources(warehouse: Path, sources_file: Path | None) -> list[SourceConfig]:

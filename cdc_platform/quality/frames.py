@@ -146,7 +146,7 @@ def current_frame(
     changes: list[str] | None = None,
 ) -> DataFrame | None:
     """The current table, with ``__key`` (the key as JSON text) and ``__exposed`` (the row is in
-    the exposed state that readers get from ``steps.merge.current_rows``).
+    the exposed state that readers get from ``steps.current.current_rows``).
 
     ``written``: the data files a merge committed; then only the rows of those files and of the
     files whose key range overlaps theirs (``lake.files_sharing_keys``, from the log), which is

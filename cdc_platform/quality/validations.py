@@ -102,7 +102,7 @@ def validate_current(
     changes: list[str] | None = None,
 ) -> list[SuiteRun]:
     """The current-table suite, and with ``merge`` (live_before, truncated_live, made_live,
-    made_dead, live_after: ``steps.merge.MergeResult``) the live-row balance of that merge.
+    made_dead, live_after: ``steps.current.MergeResult``) the live-row balance of that merge.
     ``written``: the files that merge committed, ``changes`` the change-log files it merged; the
     suite then looks at the rows of the keys it changed (``frames.current_frame``), not the
     whole table."""

@@ -1,5 +1,7 @@
-"""The pipeline's steps, shared by the Dagster assets and the command line:
+"""The pipeline's steps, each named after the layer it writes, shared by the Dagster assets and
+the command line:
 
-``ingest`` (landing files -> raw) -> ``normalize`` (raw -> change logs, DDL and control logs,
-quarantine) -> ``merge`` (current) and ``history`` (SCD type 2); ``replay`` chains them for
-files. Every step can be rerun."""
+``raw`` (landing files -> raw) -> ``changelog`` (raw -> change logs, DDL and control logs,
+quarantine; the parse itself is ``cdc_platform.normalize``) -> ``current`` (the current state)
+and ``history`` (SCD type 2); ``redrive`` re-processes quarantined messages; ``replay`` chains
+raw, changelog and current for files. Every step can be rerun."""

@@ -7,9 +7,9 @@ from pyspark.sql import SparkSession
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.ingest import landing
-from cdc_platform.steps.ingest import ingest_files
-from cdc_platform.steps.merge import merge_current
-from cdc_platform.steps.normalize import NormalizeResult, normalize_source
+from cdc_platform.steps.changelog import NormalizeResult, normalize_source
+from cdc_platform.steps.current import merge_current
+from cdc_platform.steps.raw import ingest_files
 
 
 def replay(

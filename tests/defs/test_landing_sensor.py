@@ -18,7 +18,7 @@ from cdc_platform.defs.resources import LakeResource, build_resources
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SOURCE_TAG, SensorCursor
 from cdc_platform.defs.sensors import RANGE_END_TAG, RANGE_START_TAG
 from cdc_platform.demo import write_demo_traffic
-from cdc_platform.steps.ingest import ingest_landing
+from cdc_platform.steps.raw import ingest_landing
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = "2026-03-01"

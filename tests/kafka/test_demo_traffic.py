@@ -7,8 +7,8 @@ import pytest
 from cdc_platform import demo
 from cdc_platform.catalog import load_catalog
 from cdc_platform.ingest import kafka
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_new
+from cdc_platform.steps.changelog import normalize_new
+from cdc_platform.steps.current import current_rows, merge_current
 from tests.defs.test_pipeline_in_dagster import ROOT
 
 pytestmark = pytest.mark.spark

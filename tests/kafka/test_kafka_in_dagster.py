@@ -26,9 +26,9 @@ from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, run_key
 from cdc_platform.ingest import kafka
-from cdc_platform.spark.normalize import table_name
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_new
+from cdc_platform.normalize import table_name
+from cdc_platform.steps.changelog import normalize_new
+from cdc_platform.steps.current import current_rows, merge_current
 from tests.conftest import CORPUS
 from tests.kafka.test_kafka_ingest import _produce, _topic
 from tests.spark.test_corpus_debezium import _column_types, _comparable
@@ -308,7 +308,7 @@ _CRASH = textwrap.dedent(
     from cdc_platform.catalog import load_catalog
     from cdc_platform import lake
     from cdc_platform.spark.session import get_spark
-    from cdc_platform.steps.normalize import normalize_new
+    from cdc_platform.steps.changelog import normalize_new
 
     catalog = load_catalog(sys.argv[1])
     real = lake.append_normalized

@@ -18,9 +18,9 @@ from cdc_platform import lake
 from cdc_platform.catalog import KafkaConfig, SourceConfig, TableConfig
 from cdc_platform.ingest import kafka
 from cdc_platform.ingest.landing import RAW_SCHEMA
-from cdc_platform.spark.normalize import table_name
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_source
+from cdc_platform.normalize import table_name
+from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.current import current_rows, merge_current
 from tests.conftest import CORPUS, FIXTURES
 from tests.spark.test_corpus_debezium import _column_types, _comparable
 

@@ -14,7 +14,7 @@ from cdc_platform.models.checks import run_tests
 from cdc_platform.models.commands import compile_models, run_models
 from cdc_platform.models.compile import check_sql, render
 from cdc_platform.models.project import ModelError, catalog_tables, load_project
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.current import current_rows
 from tests.models.conftest import MODELS, NEXT_DAY, replay_demo_batch
 
 pytestmark = pytest.mark.spark

@@ -6,7 +6,7 @@ import pytest
 from cdc_platform import lake as delta
 from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs, model_key
 from cdc_platform.defs.resources import build_resources
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.current import current_rows
 
 pytestmark = pytest.mark.spark
 

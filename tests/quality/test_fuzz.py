@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.quality import validations
-from cdc_platform.steps.ingest import ingest_files
-from cdc_platform.steps.normalize import normalize_source
+from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.raw import ingest_files
 from tests.quality.corpus import messages
 
 pytestmark = pytest.mark.spark

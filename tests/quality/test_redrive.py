@@ -7,12 +7,12 @@ import pytest
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.quality import redrive as redrive_module
 from cdc_platform.quality import validations
-from cdc_platform.quality.redrive import redrive
-from cdc_platform.steps.ingest import ingest_files
-from cdc_platform.steps.merge import current_rows
-from cdc_platform.steps.normalize import normalize_source
+from cdc_platform.steps import redrive as redrive_module
+from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.current import current_rows
+from cdc_platform.steps.raw import ingest_files
+from cdc_platform.steps.redrive import redrive
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.spark

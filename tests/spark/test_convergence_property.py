@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.current import MergeResult, current_rows, merge_current
 from cdc_platform.steps.history import update_history
-from cdc_platform.steps.ingest import ingest_files
-from cdc_platform.steps.merge import MergeResult, current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_source
+from cdc_platform.steps.raw import ingest_files
 from tests.reference_model import (
     COLUMNS,
     PLACEHOLDER,

@@ -6,8 +6,8 @@ import pytest
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.spark.normalize import table_name
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.normalize import table_name
+from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 
 pytestmark = pytest.mark.spark

@@ -7,7 +7,7 @@ import pytest
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.steps.merge import current_rows, merge_current
+from cdc_platform.steps.current import current_rows, merge_current
 from cdc_platform.steps.replay import replay
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect
 from cdc_platform.ingest import landing
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 from tests.quality.test_fuzz import _land

@@ -23,8 +23,8 @@ from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect, dts_avro
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.ingest import landing
-from cdc_platform.spark.normalize import table_name
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.normalize import table_name
+from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import SHARED
 

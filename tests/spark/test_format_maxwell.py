@@ -15,8 +15,8 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import maxwell
 from cdc_platform.ingest import landing
-from cdc_platform.spark.normalize import table_name
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.normalize import table_name
+from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 

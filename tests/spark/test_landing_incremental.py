@@ -14,9 +14,9 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.lake import landing_files
 from cdc_platform.quality import validations
-from cdc_platform.steps.ingest import ingest_landing, pending_landing_files
-from cdc_platform.steps.merge import current_rows, merge_current
-from cdc_platform.steps.normalize import normalize_new, normalize_source
+from cdc_platform.steps.changelog import normalize_new, normalize_source
+from cdc_platform.steps.current import current_rows, merge_current
+from cdc_platform.steps.raw import ingest_landing, pending_landing_files
 
 pytestmark = pytest.mark.spark
 SOURCE = SourceConfig(

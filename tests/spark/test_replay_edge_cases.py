@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 
 pytestmark = pytest.mark.spark

@@ -22,10 +22,10 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cdc_platform.normalize import table_name
 from cdc_platform.processes import stop_group
-from cdc_platform.spark.normalize import table_name
 from cdc_platform.spark.session import ensure_java
-from cdc_platform.steps.merge import current_rows
+from cdc_platform.steps.current import current_rows
 from tests.conftest import CORPUS, SPARK_CONF
 from tests.spark.test_format_canal import _comparable
 

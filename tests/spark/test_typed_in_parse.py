@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
-from cdc_platform.spark import normalize
+from cdc_platform.normalize import parse as normalize
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
 

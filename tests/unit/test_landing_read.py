@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cdc_platform import lake
 from cdc_platform.ingest import landing
 from cdc_platform.lake import landing_files
-from cdc_platform.steps.ingest import ingest_files
+from cdc_platform.steps.raw import ingest_files
 
 DATE = "2026-03-01"
 

@@ -53,7 +53,7 @@ def test_no_module_outside_the_dagster_layer_imports_dagster():
 
 def test_quality_core_imports_neither_dagster_nor_great_expectations():
     code = (
-        "import sys, cdc_platform.quality.commands, cdc_platform.quality.redrive; "
+        "import sys, cdc_platform.quality.commands, cdc_platform.steps.redrive; "
         "sys.exit(('dagster' in sys.modules) + 2 * ('great_expectations' in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -1,4 +1,4 @@
-"""Ingest step: landing files -> raw (a Kafka source's raw: ``cdc_platform.ingest.kafka``).
+"""Raw step: landing files -> raw (a Kafka source's raw: ``cdc_platform.ingest.kafka``).
 
 Raw holds one data file per landing file (``lake.landing_files``), so a run ingests just the
 files raw does not hold yet, or holds at another size or mtime (grown, rewritten): their rows

@@ -1,4 +1,4 @@
-"""Merge step: change log -> current state, one row per key, by sequence.
+"""Current-state step: change log -> current state, one row per key, by sequence.
 
 A merge after a replaced partition rebuilds the keys whose change records went away, so
 backfills leave the same tables as a rebuild."""

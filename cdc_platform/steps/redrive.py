@@ -1,7 +1,7 @@
 """Redrive: re-process quarantined messages through the current configuration.
 
 The messages are read again from raw (by the coordinates the quarantine recorded) and go through
-the same parse, plan and typing steps as ``steps.normalize.normalize_source``. Whatever now
+the same normalization as the change-log step (``normalize.normalize``). Whatever now
 succeeds is written to its change log (DDL and control logs too); then, last, the selected
 quarantine rows are replaced by the rows that still fail (with their new reasons). A crash
 between the two leaves a message in both places, never in neither, and a rerun is harmless:
@@ -21,11 +21,10 @@ from pyspark.sql import functions as F
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
+from cdc_platform.normalize import Normalized, normalize, routed_name
 from cdc_platform.quality.frames import COORDINATES, coordinate_key
-from cdc_platform.spark import normalize
+from cdc_platform.steps.current import merge_current
 from cdc_platform.steps.history import update_history
-from cdc_platform.steps.merge import merge_current
-from cdc_platform.steps.normalize import SplitChanges, split_parsed
 
 
 @dataclass
@@ -76,10 +75,11 @@ def redrive(
             return result
         coords = selected.select(coordinate_key().alias("__coord"))
         again = raw.withColumn("__coord", coordinate_key()).join(coords, "__coord", "left_semi")
-        parsed = staging.keep(normalize.parse_messages(again.drop("__coord"), source))
-        split = _write_outputs(spark, warehouse, source, parsed, staging, result)
+        known = lake.changelog_facts(warehouse, source.name)
+        normalized = normalize(again.drop("__coord"), source, known, staging)
+        _write_outputs(spark, warehouse, source, normalized, result)
         # Last: the selected rows leave the quarantine, the ones that still fail come back.
-        still_bad = split.quarantine
+        still_bad = normalized.quarantine
         _requarantine(spark, q_uri, still_bad, selected)
         result.remaining = still_bad.select(*COORDINATES).distinct().count()
         reasons = still_bad.groupBy("reason").count().collect()
@@ -105,23 +105,20 @@ def _write_outputs(
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
-    parsed: DataFrame,
-    staging: lake.Staging,
+    normalized: Normalized,
     result: RedriveResult,
-) -> SplitChanges:
-    """``steps.normalize.split_parsed`` on the redriven messages, writing change, DDL and control
-    records by sequence; returns the split, whose quarantine rows are what still fails."""
-    split = split_parsed(warehouse, source, parsed, staging)
-    for plan, data in split.tables:
+) -> None:
+    """The redriven messages' change, DDL and control records, written by sequence (their
+    quarantine rows are what still fails)."""
+    for plan, data in normalized.tables:
         uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
         _replace_by_sequence(spark, uri, data, {"key": plan.key, "qualified": plan.qualified})
         if n := data.count():
             result.changes[plan.name] = n
-    ddl = normalize.ddl_records(parsed)
+    ddl = normalized.ddl()
     for r in ddl.select("qualified_table").distinct().collect():  # one row per table
         rows = ddl.where(F.col("qualified_table").eqNullSafe(r[0])).drop("qualified_table")
-        uri = lake.table_uri(warehouse, lake.DDL, source.name, normalize.routed_name(r[0], source))
+        uri = lake.table_uri(warehouse, lake.DDL, source.name, routed_name(r[0], source))
         _replace_by_sequence(spark, uri, rows, None)
-    control = normalize.control_records(parsed)
+    control = normalized.control()
     _replace_by_sequence(spark, lake.table_uri(warehouse, lake.CONTROL, source.name), control, None)
-    return split

@@ -1,4 +1,4 @@
-"""Normalize step: raw -> each table's change log, the DDL and control logs, the quarantine.
+"""Change-log step: raw -> each table's change log, the DDL and control logs, the quarantine.
 
 The change log appends incremental batches (``normalize_new``: the raw batches not normalized
 yet; each commit records the raw version it reflects, so a rerun after a crash skips what is
@@ -20,7 +20,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.lake import landing_files
-from cdc_platform.spark import normalize
+from cdc_platform.normalize import normalize, routed_name
 from cdc_platform.timings import phase
 
 PREVIEW_ROWS = 10
@@ -177,90 +177,6 @@ def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
     ]
 
 
-@dataclass
-class SplitChanges:
-    """Parsed messages sorted out: each keyed table's typed change records, and the quarantine
-    rows (errors, unkeyed tables, values that do not fit their type)."""
-
-    tables: list[tuple[normalize.TablePlan, DataFrame]]
-    quarantine: DataFrame
-
-
-def known_tables(
-    warehouse: Path, source: SourceConfig
-) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Key and image column types of the tables already in ``source``'s change logs, by
-    qualified name."""
-    return {
-        st["qualified"]: (st["key"], lake.image_types(uri))
-        for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name)
-        if "key" in (st := lake.state(uri))
-    }
-
-
-def split_parsed(
-    warehouse: Path,
-    source: SourceConfig,
-    parsed: DataFrame,
-    staging: lake.Staging,
-    typed: list[normalize.TablePlan] | None = None,
-    rest: bool = True,
-    known: dict[str, tuple[list[str], dict[str, str]]] | None = None,
-) -> SplitChanges:
-    """Plan, key and type the change records of ``parsed`` per table (keys and types already in
-    the warehouse's change logs are kept); everything that fails goes to the quarantine rows.
-
-    ``typed``: the plans ``parsed`` was made with (``normalize.parse_messages``), whose rows it
-    typed already; only the other changes are planned and typed here, each table once (kept in
-    ``staging``). ``rest``: false when there are none (then nothing is planned). ``known``:
-    ``known_tables`` when the caller has read it already."""
-    typed = typed or []
-    changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
-    known = dict(known_tables(warehouse, source) if known is None else known)
-    if typed:
-        changes = changes.where(F.col(normalize.TYPED).isNull())
-        for p in typed:  # the rest of a typed table is typed as the table it joins
-            types = known.get(p.qualified, ([], {}))[1]
-            known[p.qualified] = (p.key, {**types, **{c: s.type for c, s in p.specs.items()}})
-    plans = normalize.plan_tables(changes, source, known) if rest else {}
-    quarantine = [normalize.to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
-    split = SplitChanges([], parsed.limit(0))
-
-    def add(plan: normalize.TablePlan, records: DataFrame) -> None:
-        # The rows with a reason are the table's rejects.
-        bad = records.where(F.col("reason").isNotNull()).drop("key")
-        quarantine.append(
-            bad.withColumnRenamed("raw_key", "key").select(*normalize.QUARANTINE_COLUMNS)
-        )
-        data = records.where(F.col("reason").isNull()).drop(
-            "reason", "timestamp", "qualified_table", "raw_key", "value"
-        )
-        split.tables.append((plan, data))
-
-    for i, plan in enumerate(typed):
-        later = plans.pop(plan.qualified, None)  # the plan of its rows the parse did not type
-        if later is not None and later.problem:
-            quarantine.append(normalize.rejected_table(changes, later))
-            later = None
-        final = normalize.joined_plan(plan, later)
-        fitted = parsed.where(F.col(normalize.TYPED) == i)
-        records = normalize.typed_records(fitted, normalize.typed_parts(i), plan, final)
-        if later is not None:
-            records = records.unionByName(staging.keep(normalize.type_changes(changes, final)))
-        add(final, records)
-    for plan in plans.values():
-        if plan.problem:
-            # No key: nothing of it can be applied; its rows wait in quarantine.
-            quarantine.append(normalize.rejected_table(changes, plan))
-            continue
-        # One pass types the table's changes (kept for both outputs).
-        add(plan, staging.keep(normalize.type_changes(changes, plan)))
-    split.quarantine = functools.reduce(
-        lambda a, b: a.unionByName(b, allowMissingColumns=True), quarantine
-    )
-    return split
-
-
 def _normalize(
     spark: SparkSession,
     warehouse: Path,
@@ -285,24 +201,12 @@ def _normalize(
     result = NormalizeResult()
     staging = lake.Staging(warehouse)
     try:
-        with phase("normalize.predict_plans"):
-            known = known_tables(warehouse, source)
-            typed = normalize.predict_plans(raw, source, known)
-        with phase("normalize.parse"):
-            parsed = staging.keep(normalize.parse_messages(raw, source, typed))
-        untyped = F.col(normalize.TYPED).isNull() if typed else F.lit(True)
-        with phase("normalize.count_kinds"):
-            counts = parsed.groupBy("kind", untyped.alias("untyped")).count().collect()
-        kinds: dict[str, int] = {}
-        for r in counts:
-            kinds[r["kind"]] = kinds.get(r["kind"], 0) + r["count"]
-        rest = any(r["untyped"] and r["kind"] == C.KIND_CHANGE for r in counts)
-        result.messages = sum(kinds.values())
-        result.control = kinds.get(C.KIND_CONTROL, 0)
-        result.ddl = kinds.get(C.KIND_DDL, 0)
-        with phase("normalize.split"):
-            split = split_parsed(warehouse, source, parsed, staging, typed, rest, known)
-        for plan, data in split.tables:
+        known = lake.changelog_facts(warehouse, source.name)
+        normalized = normalize(raw, source, known, staging)
+        result.messages = normalized.messages
+        result.control = normalized.kinds.get(C.KIND_CONTROL, 0)
+        result.ddl = normalized.kinds.get(C.KIND_DDL, 0)
+        for plan, data in normalized.tables:
             uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
             state = json.dumps({"key": plan.key, "qualified": plan.qualified})
             with phase("write.changelog"):
@@ -324,7 +228,7 @@ def _normalize(
             )
         if dates is not None:
             # A table the reprocessed dates no longer hold keeps no stale rows for them.
-            written = {plan.name for plan, _ in split.tables}
+            written = {plan.name for plan, _ in normalized.tables}
             for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
                 if (name := Path(uri).name) not in written:
                     st = lake.state(uri)
@@ -339,9 +243,9 @@ def _normalize(
         if result.ddl or dates is not None:  # appending no statements writes no DDL log
             with phase("write.ddl"):
                 result.ddl_by_table = _write_ddl_log(
-                    spark, warehouse, source, parsed, write, dates is None
+                    warehouse, source, normalized.ddl(), write, dates is None
                 )
-        control = normalize.control_records(parsed)
+        control = normalized.control()
         with phase("write.control"):
             uri = lake.table_uri(warehouse, lake.CONTROL, source.name)
             write(uri, control, empty=not result.control)
@@ -349,9 +253,9 @@ def _normalize(
                 result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
         # Last: its recorded raw version is where the next incremental run starts.
         with phase("write.quarantine"):
-            reasons = split.quarantine.groupBy("reason").count().collect()
+            reasons = normalized.quarantine.groupBy("reason").count().collect()
             uri = lake.table_uri(warehouse, lake.QUARANTINE, source.name)
-            write(uri, split.quarantine, empty=not reasons)
+            write(uri, normalized.quarantine, empty=not reasons)
         result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
     finally:
@@ -370,22 +274,20 @@ def _utc(micros: int | None) -> datetime | None:
 
 
 def _write_ddl_log(
-    spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
-    parsed: DataFrame,
+    ddl: DataFrame,
     write: Callable[[str, DataFrame], int | None],
     appending: bool,
 ) -> dict[str, int]:
     """Each table's DDL statements into ddl/<source>/<table>. Replacing dates rewrites every DDL
     log of the source, so a reprocessed date never keeps stale rows; appending skips tables
     without new statements."""
-    ddl = normalize.ddl_records(parsed)
     found = ddl.groupBy("qualified_table").count().collect()  # a few rows: one per table
     qualified: dict[str, list[str | None]] = {}
     counts: dict[str, int] = {}
     for r in found:
-        name = normalize.routed_name(r["qualified_table"], source)
+        name = routed_name(r["qualified_table"], source)
         qualified.setdefault(name, []).append(r["qualified_table"])
         counts[name] = counts.get(name, 0) + r["count"]
     existing = (

@@ -1,0 +1,137 @@
+"""Parsing: the format parses each message into a parsed record with wire-text images; the records
+get their total-order ``sequence`` (format position, then raw position) and qualified table name.
+
+One pass: a batch's first messages are planned first (``predict_plans``), and the parse types the
+rows that fit those plans in its own pass (``parse_messages(..., typed)``): same table, format and
+message schema, no column the plan has not seen. Only the rows that do not fit (a new schema
+version, a new column, a table the first messages do not name) are planned and typed afterwards,
+from their wire images (``split``)."""
+
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdc_platform import formats
+from cdc_platform.catalog import SourceConfig
+from cdc_platform.formats import canonical as C
+from cdc_platform.normalize.columns import image_columns
+from cdc_platform.normalize.plan import Known, SchemaGroup, TablePlan, plan_tables
+from cdc_platform.normalize.typed import with_typed_parts
+
+# How many of a batch's first messages ``predict_plans`` reads, and how many tables it plans (the
+# parse computes one typed column per planned table).
+SAMPLE_ROWS = 1000
+MAX_TYPED_TABLES = 8
+TYPED = "__typed"  # the index of the plan a parsed row fits (null: none)
+
+
+def parse_messages(
+    raw: DataFrame, source: SourceConfig, typed: list[TablePlan] | None = None
+) -> DataFrame:
+    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept.
+
+    With ``typed`` plans: also ``TYPED``, the index of the plan a change fits, and per plan
+    ``typed_parts(i)``: the fitting rows' typed parts. Those rows drop their wire images and
+    message schema, which nothing reads once they are typed, and their raw key and value unless
+    they are rejected (the quarantine keeps them)."""
+    parser = formats.parser_for(source.format)
+    parsed = parser.parse(raw, source.format_options)
+    parsed = parsed.withColumn(
+        "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), C.raw_position())
+    ).withColumn("qualified_table", F.concat_ws(".", "database", "schema", "table"))
+    if not typed:
+        return parsed
+    fit = F.lit(None).cast("int")
+    for i, plan in reversed(list(enumerate(typed))):
+        fit = F.when(fits(plan), F.lit(i)).otherwise(fit)
+    parsed = parsed.withColumn(TYPED, fit)
+    for i, plan in enumerate(typed):
+        parsed = with_typed_parts(parsed, plan, typed_parts(i), F.col(TYPED) == i)
+    untyped = F.col(TYPED).isNull()
+    rejected = reduce(
+        lambda a, b: a | b, [F.col(typed_parts(i))["reason"].isNotNull() for i in range(len(typed))]
+    )
+    wire = {c: F.when(untyped, F.col(c)) for c in ("before_image", "after_image", "value_schema")}
+    # The raw message stays for the quarantine only.
+    raw_kept = {c: F.when(untyped | rejected, F.col(c)) for c in ("key", "value")}
+    return parsed.withColumns({**wire, **raw_kept})
+
+
+def typed_parts(index: int) -> str:
+    """The column of ``parse_messages`` holding the typed parts of the rows fitting plan
+    ``index``."""
+    return f"__typed_{index}"
+
+
+def group_column(source_format: Column, image_encoding: Column, value_schema: Column) -> Column:
+    """What a plan's types depend on, besides the table: the format, the image encoding and the
+    message schema (hashed)."""
+    return F.concat_ws("|", source_format, image_encoding, F.xxhash64(value_schema).cast("string"))
+
+
+def fits(plan: TablePlan) -> Column:
+    """True for a change of ``plan``'s table that its types cover: a format, encoding and message
+    schema the plan was made from, and only columns it has seen."""
+    seen = F.array(*[F.lit(c) for c in sorted(plan.seen)]).cast("array<string>")
+    return (
+        (F.col("kind") == C.KIND_CHANGE)
+        & (F.col("qualified_table") == plan.qualified)
+        & group_column(F.col("source_format"), F.col("image_encoding"), F.col("value_schema")).isin(
+            *sorted(plan.groups)
+        )
+        & (F.size(F.array_except(image_columns(), seen)) == 0)
+    )
+
+
+def schema_groups(changes: DataFrame) -> list[SchemaGroup]:
+    """The schema groups of parsed changes: one small aggregation, collected (a few rows, one
+    per table and message schema). Each carries its first message, so planning reads no more."""
+    rows = (
+        changes.groupBy(
+            "qualified_table",
+            "source_format",
+            "image_encoding",
+            F.xxhash64("value_schema").alias("schema_hash"),
+        )
+        .agg(
+            F.first("value_schema", ignorenulls=True).alias("value_schema"),
+            F.collect_set("key_columns").alias("keys"),
+            F.array_distinct(F.flatten(F.collect_set(image_columns()))).alias("columns"),
+            F.min("sequence").alias("first_seen"),
+            F.min_by("value", "sequence").alias("first_value"),
+            F.first(
+                group_column(F.col("source_format"), F.col("image_encoding"), F.col("value_schema"))
+            ).alias("group"),
+        )
+        .collect()
+    )
+    return [
+        SchemaGroup(
+            qualified_table=r["qualified_table"],
+            source_format=r["source_format"],
+            image_encoding=r["image_encoding"],
+            schema_hash=r["schema_hash"],
+            value_schema=r["value_schema"],
+            group=r["group"],
+            first_seen=r["first_seen"],
+            first_value=r["first_value"],
+            keys=tuple(tuple(k) for k in r["keys"] or [] if k is not None),
+            columns=tuple(r["columns"] or []),
+        )
+        for r in rows
+    ]
+
+
+def predict_plans(
+    raw: DataFrame, source: SourceConfig, known: Known | None = None
+) -> list[TablePlan]:
+    """Plans of the tables a batch's first messages change (``SAMPLE_ROWS``; at most
+    ``MAX_TYPED_TABLES``, in the order they appear), for the parse to type their rows in its
+    own pass. Tables that cannot be applied, or whose schema changes incompatibly, are left
+    to the plan of the whole batch."""
+    sample = parse_messages(raw.limit(SAMPLE_ROWS), source)
+    changes = sample.where(F.col("kind") == C.KIND_CHANGE)
+    plans = plan_tables(schema_groups(changes), source, known)
+    usable = [p for p in plans.values() if not p.problem and not p.bad_schemas]
+    return usable[:MAX_TYPED_TABLES]

@@ -1,0 +1,126 @@
+"""Typing: a table's changes typed by its plan with native expressions, and why a change cannot be
+applied (a null key, a value that does not fit its type, an incompatible message schema)."""
+
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdc_platform.formats import canonical as C
+from cdc_platform.formats.column_specs import decode
+from cdc_platform.normalize.columns import to_quarantine
+from cdc_platform.normalize.plan import TablePlan
+
+
+def _typed_image(image: str, plan: TablePlan) -> Column:
+    img = F.col(image)
+    return F.when(
+        img.isNotNull(),
+        F.struct(*[decode(img[c], spec).alias(c) for c, spec in plan.specs.items()]),
+    )
+
+
+def _first_problem(plan: TablePlan, before: Column, after: Column) -> Column:
+    """Why a typed change cannot be applied (null if it can): null key or undecodable value."""
+    checks: list[tuple[Column, Column]] = [
+        (F.xxhash64("value_schema") == F.lit(h), F.lit(why)) for h, why in plan.bad_schemas.items()
+    ]
+    key_image = F.when(F.col("op") == C.DELETE, before).otherwise(after)
+    for k in plan.key:
+        checks.append(
+            (
+                (F.col("op") != C.TRUNCATE) & key_image[k].isNull(),
+                F.lit(f"primary key column {k!r} is null"),
+            )
+        )
+    for name, image in (("before", before), ("after", after)):
+        for c, spec in plan.specs.items():
+            wire = F.col(f"{name}_image")[c]
+            checks.append(
+                (
+                    wire.isNotNull() & image[c].isNull(),
+                    F.concat(
+                        F.lit(f"type mismatch: {name}.{c} = "),
+                        F.substring(wire, 1, 80),
+                        F.lit(f" is not {spec.type}"),
+                    ),
+                )
+            )
+    return (
+        reduce(lambda acc, ck: acc.when(*ck), checks[1:], F.when(*checks[0]))
+        if checks
+        else F.lit(None)
+    )
+
+
+def with_typed_parts(frame: DataFrame, plan: TablePlan, name: str, where: Column) -> DataFrame:
+    """``frame`` plus column ``name``, null where ``where`` is not true: a change's typed parts
+    under ``plan`` (``key``, ``before``, ``after``, ``after_columns``: which columns a partial
+    after image carries, null for a full one; ``reason``: why it cannot be applied)."""
+    b, a = f"{name}_before", f"{name}_after"
+    frame = frame.withColumns(
+        {b: F.when(where, _typed_image("before_image", plan)),
+         a: F.when(where, _typed_image("after_image", plan))}
+    )  # fmt: skip
+    key_image = F.when(F.col("op") == C.DELETE, F.col(b)).otherwise(F.col(a))
+    parts = F.struct(
+        F.struct(*[key_image[k].alias(k) for k in plan.key]).alias("key"),
+        F.col(b).alias("before"),
+        F.col(a).alias("after"),
+        F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
+        _first_problem(plan, F.col(b), F.col(a)).alias("reason"),
+    )
+    return frame.withColumn(name, F.when(where, parts)).drop(b, a)
+
+
+def typed_records(frame: DataFrame, name: str, plan: TablePlan, final: TablePlan) -> DataFrame:
+    """The change-log columns, ``reason``, and what a quarantine row needs besides (``raw_key``
+    and ``value`` on rejected rows only), from the typed parts in column ``name`` (made with
+    ``plan``), in ``final``'s columns and types (a column ``plan`` lacks is null)."""
+    parts = F.col(name)
+
+    def typed(image: str) -> Column:
+        got = parts[image]
+        if final.specs == plan.specs:
+            return got
+        return F.when(
+            got.isNotNull(),
+            F.struct(*[_as(got, c, plan, final).alias(c) for c in final.specs]),
+        )
+
+    key = parts["key"]
+    if any(final.specs[k].type != plan.specs[k].type for k in plan.key):
+        key = F.struct(*[_as(key, k, plan, final).alias(k) for k in plan.key])
+    bad = parts["reason"].isNotNull()
+    return frame.select(
+        "op", "database", "schema", "table", key.alias("key"),
+        typed("before").alias("before"), typed("after").alias("after"),
+        parts["after_columns"].alias("after_columns"),
+        "sequence", "event_time", "tx_id", "source_format",
+        "topic", "partition", "offset", "file", "line", "ingest_date",
+        parts["reason"].alias("reason"), "timestamp", "qualified_table",
+        F.when(bad, F.col("key")).alias("raw_key"), F.when(bad, F.col("value")).alias("value"),
+    )  # fmt: skip
+
+
+def _as(struct: Column, column: str, plan: TablePlan, final: TablePlan) -> Column:
+    """A field of a struct typed by ``plan``, in ``final``'s type (null when ``plan`` lacks it)."""
+    if column not in plan.specs:
+        return F.lit(None).cast(final.specs[column].type)
+    value = struct[column]
+    same = plan.specs[column].type == final.specs[column].type
+    return value if same else value.cast(final.specs[column].type)
+
+
+def type_changes(changes: DataFrame, plan: TablePlan) -> DataFrame:
+    """``typed_records`` of a table's changes, typed from their wire images by ``plan``."""
+    rows = changes.where(F.col("qualified_table") == plan.qualified)
+    return typed_records(
+        with_typed_parts(rows, plan, "__parts", F.lit(True)), "__parts", plan, plan
+    )
+
+
+def rejected_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
+    """Quarantine rows for every change of a table that cannot be applied at all (no key)."""
+    rows = changes.where(F.col("qualified_table") == plan.qualified)
+    return to_quarantine(rows.withColumn("reason", F.lit(plan.problem)))
