@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import NoReturn
 
+from pydantic import ValidationError
 from pyspark.sql import SparkSession
 
 from cdc_platform import formats, lake
@@ -431,8 +432,8 @@ def _replay(args: argparse.Namespace) -> int:
             primary_key=args.primary_key or None,
             column_types=types,
         )
-    except ValueError as e:  # pydantic's ValidationError is a ValueError
-        raise UserError(str(e).splitlines()[-1].strip().removeprefix("Value error, ")) from None
+    except ValidationError as e:
+        raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
     summary, result = replay(_spark(args), args.warehouse.resolve(), files, source, today)
     for reason, n in sorted(result.quarantine_reasons.items()):

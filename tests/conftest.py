@@ -80,6 +80,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     seen: set[Path] = set()
     kept, dropped = [], []
     for item in items:
+        if "spark" in item.fixturenames:  # the rest of a module may run without a JVM
+            item.add_marker("spark")
         if _on_connect(item):
             item.add_marker("spark_connect")
             if not every and item.path in seen:  # one [connect] test per module

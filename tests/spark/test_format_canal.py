@@ -22,8 +22,6 @@ from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS, FIXTURES, SEEDS
 
-pytestmark = pytest.mark.spark
-
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
 CANAL_FILES = sorted(str(p.relative_to(CORPUS)) for p in (CORPUS / "canal").glob("*.txt"))

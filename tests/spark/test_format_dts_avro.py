@@ -28,8 +28,6 @@ from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import SHARED
 
-pytestmark = pytest.mark.spark
-
 NS = "com.alibaba.dts.formats.avro."
 DATE = "2026-01-01"
 TS = 1696984408  # sourceTimestamp: epoch seconds

@@ -24,8 +24,6 @@ from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
 
-pytestmark = pytest.mark.spark
-
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
 MIO_LOG = "CL_BIZ1.MIO_LOG"

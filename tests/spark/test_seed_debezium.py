@@ -24,8 +24,6 @@ from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
 
-pytestmark = pytest.mark.spark
-
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
 LINDORM = "ld-xxxx.default.customers"
@@ -359,23 +357,3 @@ def test_cli_replays_a_seed_message(spark, tmp_path):
     assert current.toArrow().to_pylist() == [
         {"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}
     ]
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["replay", "{seed}", "--warehouse", "{wh}", "--no-such-option"],
-        ["replay", "{missing}", "--warehouse", "{wh}"],
-        ["show", LINDORM, "--warehouse", "{missing}"],
-    ],
-    ids=["unknown-option", "missing-input", "show-missing-warehouse"],
-)
-def test_cli_user_errors_exit_2_with_one_line(tmp_path, args):
-    seed = _write(tmp_path / "insert.jsonl", [_line("000_lindorm_sql_insert.json")])
-    paths = {"seed": seed, "wh": tmp_path / "wh", "missing": tmp_path / "missing"}
-    result = _cli(*[a.format(**{k: str(v) for k, v in paths.items()}) for a in args])
-
-    assert result.returncode == 2
-    assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith("cdc-platform: error:")
-    assert not (tmp_path / "wh").exists()

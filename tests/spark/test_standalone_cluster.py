@@ -26,6 +26,7 @@ from cdc_platform.normalize import table_name
 from cdc_platform.processes import stop_group
 from cdc_platform.spark.session import ensure_java
 from cdc_platform.steps.current import current_rows
+from tests import corpus_snapshot as snap
 from tests.conftest import CORPUS, SPARK_CONF
 from tests.spark.test_format_canal import _comparable
 
@@ -33,48 +34,11 @@ pytestmark = pytest.mark.spark
 
 CLI = Path(sys.executable).with_name("cdc-platform")
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-DATE = "2026-01-01"
 # Short-lived JVMs spend their time compiling: C1 alone starts each (daemons, driver, executors)
 # about twice as fast on two busy cores.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
-# One replay (one driver JVM, two executors) per source. A replay sets one key and one set of
-# column types for every table it finds: the Debezium, Maxwell and OGG files need them (no schema,
-# or none Spark can use); Canal and DataWorks carry their own, and these change no value; but
-# Canal's filter-table file has tables with other keys, so it replays without. A replay merges
-# its files' changes of a table into one table: files of one table (three PostgreSQL files, two
-# Canal, three DataWorks) go to different sources. Four replays are the fewest these allow.
-TYPED = ["--primary-key", "id"] + [
-    arg
-    for col_type in ("id=int", "name=string", "description=string", "weight=double")
-    for arg in ("--column-type", col_type)
-]
-REPLAYS = {
-    "corpus_a": (
-        TYPED,
-        [
-            "debezium/debezium-data-schema-include.txt",
-            "debezium/debezium-postgres-data-schema-include.txt",
-            "maxwell/maxwell-data.txt",
-            "ogg/ogg-data.txt",
-            "canal/canal-data.txt",
-            "dataworks/event-insert.txt",
-        ],
-    ),
-    "corpus_b": (
-        TYPED,
-        [
-            "debezium/debezium-postgres-data-schema-exclude.txt",
-            "canal/canal-data-with-init.txt",
-            "dataworks/event-update-in-one.txt",
-        ],
-    ),
-    "corpus_c": (
-        TYPED,
-        ["debezium/debezium-postgres-data-replica-identity.txt", "dataworks/event-delete.txt"],
-    ),
-    "corpus_d": ([], ["canal/canal-data-filter-table.txt"]),
-}
+# One replay (one driver JVM, two executors) per source: tests/corpus_snapshot.py's REPLAYS.
 # mydb.project (in the filter-table file) needs `column_types: {id: string}` in a sources file
 # (its mysqlType says int, its ids are 'A101'...): the CLI's --column-type would apply to every
 # table. Its rows are quarantined for a null key; tests/spark/test_format_canal.py checks it.
@@ -179,7 +143,7 @@ def _replay(url: str, cwd: Path, warehouse: Path, source: str, args: list[str], 
         **SPARK_CONF,
     }
     argv = [str(CLI), "replay", *(str(CORPUS / f) for f in files), "--warehouse", str(warehouse)]
-    argv += ["--format", "auto", "--source", source, "--date", DATE, *args]
+    argv += ["--format", "auto", "--source", source, "--date", snap.DATE, *args]
     argv += [arg for kv in spark_conf.items() for arg in ("--spark-conf", "=".join(kv))]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SPARK_"))}
     env |= {"SPARK_LOCAL_IP": "127.0.0.1", "JAVA_TOOL_OPTIONS": JVM_OPTIONS}
@@ -237,24 +201,26 @@ def _quarantined(entries: list[dict]) -> int:
 
 def test_the_corpus_replays_on_a_standalone_cluster(cluster, spark, expected, tmp_path):
     url, webui = cluster
-    assert sorted(f for _, files in REPLAYS.values() for f in files) == sorted(expected)
+    assert sorted(f for _, files in snap.REPLAYS.values() for f in files) == sorted(expected)
     # A sources file that says local: the command line's master must win.
     (tmp_path / "sources.yaml").write_text("spark: {master: 'local[1]'}\nsources: []\n")
     warehouse = tmp_path / "warehouse"
 
     summaries = {
-        source: _replay(url, tmp_path, warehouse, source, args, files)
-        for source, (args, files) in REPLAYS.items()
+        source: _replay(url, tmp_path, warehouse, source, snap.TYPED if typed else [], files)
+        for source, (typed, files) in snap.REPLAYS.items()
     }
 
     # Every replay was an application of the cluster, with executors on both workers.
     state = _master_state(webui)
     apps = state["activeapps"] + state["completedapps"]
-    assert sorted(a["cores"] for a in apps) == [2] * len(REPLAYS), apps
-    for source, (_, files) in REPLAYS.items():
+    assert sorted(a["cores"] for a in apps) == [2] * len(snap.REPLAYS), apps
+    for source, (_, files) in snap.REPLAYS.items():
         entries = [expected[f] for f in files]
         for entry in entries:
             for qualified in [entry["table"], *entry.get("other_tables", {})]:
                 if qualified not in UNCHECKED:
                     _check(spark, warehouse, source, summaries[source], entry, qualified)
         assert summaries[source]["quarantined"] == _quarantined(entries), source
+    # And every table equals what a local session leaves (tests/spark/test_corpus_snapshot.py).
+    snap.assert_accepted(snap.tables(warehouse))
