@@ -146,7 +146,8 @@ def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     try:
         wait_for_port(port, server, log, timeout=180)
         _connect_url = f"sc://127.0.0.1:{port}"
-        _set_mode(True)  # the test that started it runs on it
+        if os.environ.get("SPARK_CONNECT_MODE_ENABLED") == "1":
+            _set_mode(True)  # a [connect] test started it: it runs on it (now with its URL)
         yield _connect_url
     finally:
         _connect_url = None

@@ -319,13 +319,14 @@ _CRASH = textwrap.dedent(
         return real(data, uri, raw_version, metadata, **options)
 
     lake.append_normalized = append_then_die
-    normalize_new(get_spark("local[1]"), catalog.warehouse_path, catalog.source("k"))
+    spark = get_spark(remote=sys.argv[2])  # a Connect client, as a run is: no JVM of its own
+    normalize_new(spark, catalog.warehouse_path, catalog.source("k"))
     """
 )
 
 
 def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
-    spark, kafka_bootstrap, tmp_path, expected
+    spark, spark_connect_url, kafka_bootstrap, tmp_path, expected
 ):
     entry = expected[CORPUS_FILE]
     topic = _topic(kafka_bootstrap, "crash")
@@ -335,7 +336,7 @@ def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
     _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[:10]])
     kafka.ingest_kafka(warehouse, source)
     proc = subprocess.run(
-        [sys.executable, "-c", _CRASH, str(tmp_path / "sources.yaml")],
+        [sys.executable, "-c", _CRASH, str(tmp_path / "sources.yaml"), spark_connect_url],
         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 17, proc.stderr[-2000:]

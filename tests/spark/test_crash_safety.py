@@ -1,7 +1,10 @@
 """Crash safety of the commit protocol: a replay killed (SIGKILL) after Spark wrote a table's
 files and before their commit, after a commit and before the next step, or in the middle of a
 MERGE leaves tables that a rerun brings to exactly those of an uninterrupted replay. The killed
-run's uncommitted files are never read, and vacuum deletes them."""
+run's uncommitted files are never read, and vacuum deletes them.
+
+The killed process is a Spark Connect client, as a Dagster run of the demo is: the driver side
+of the commit protocol (delta-rs commits, staging) dies with it, and no JVM starts per kill."""
 
 import json
 import random
@@ -34,7 +37,7 @@ _KILLED_REPLAY = textwrap.dedent(
     from cdc_platform.spark.session import get_spark
     from cdc_platform.steps.replay import replay
 
-    point, nth, warehouse, landing, date = sys.argv[1:]
+    point, nth, warehouse, landing, date, remote = sys.argv[1:]
     calls = {"n": 0}
     real_commit, real_write = commit.commit, data_files.write
 
@@ -60,7 +63,7 @@ _KILLED_REPLAY = textwrap.dedent(
 
     commit.commit, data_files.write = killing_commit, killing_write
     source = SourceConfig(name="crash", format="debezium", primary_key=["id"])
-    replay(get_spark(), Path(warehouse), [Path(landing)], source, date)
+    replay(get_spark(remote=remote), Path(warehouse), [Path(landing)], source, date)
     print("not killed", flush=True)
     """
 )
@@ -140,13 +143,15 @@ def expected(spark, tmp_path_factory):
         ("mid_merge", 0),  # the merge wrote the files replacing current's, no commit yet
     ],
 )
-def test_a_killed_replay_reruns_to_the_uninterrupted_tables(spark, tmp_path, expected, point, nth):
+def test_a_killed_replay_reruns_to_the_uninterrupted_tables(
+    spark, spark_connect_url, tmp_path, expected, point, nth
+):
     files, want = expected
     warehouse = tmp_path / "warehouse"
     _replay(spark, warehouse, files[0], DAYS[0])
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED_REPLAY, point, str(nth), str(warehouse), str(files[1]),
-         DAYS[1]],
+         DAYS[1], spark_connect_url],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]

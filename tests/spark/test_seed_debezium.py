@@ -7,16 +7,13 @@ re-serialized on one line, invalid JSON keeps its bytes minus the line breaks.
 
 import datetime as dt
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pyspark.sql import types as T
 
-from cdc_platform import lake
+from cdc_platform import cli, lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import debezium
 from cdc_platform.normalize import table_name
@@ -28,7 +25,6 @@ SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
 LINDORM = "ld-xxxx.default.customers"
 DB2 = "mydatabase.MYSCHEMA.CUSTOMERS"
-CLI = Path(sys.executable).with_name("cdc-platform")
 
 
 # --- fixtures as landing lines ---------------------------------------------------------------
@@ -325,35 +321,18 @@ def test_verbatim_db2_examples_are_quarantined_as_invalid_json(spark, warehouse,
 # --- the command line -----------------------------------------------------------------------
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(CLI), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def test_cli_replays_a_seed_message(spark, tmp_path):
-    # The one JVM-starting subprocess; the result is read in-process. A short-lived JVM spends
-    # its time compiling: C1 only halves the run (~45 s -> ~25 s on two busy cores).
+def test_cli_replays_and_shows_a_seed_message(spark, tmp_path, capsys):
+    # In-process: the command's session is this one (getOrCreate). The standalone-cluster test
+    # runs the command in a process of its own.
     f = _write(tmp_path / "insert.jsonl", [_line("000_lindorm_sql_insert.json")])
     wh = tmp_path / "wh"
-    jvm = " ".join(filter(None, [os.environ.get("JAVA_TOOL_OPTIONS"), "-XX:TieredStopAtLevel=1"]))
 
-    replay = _cli(
-        "replay", str(f), "--warehouse", str(wh), "--primary-key", "id",
-        env={"JAVA_TOOL_OPTIONS": jvm},
-    )  # fmt: skip
+    assert cli.main(["replay", str(f), "--warehouse", str(wh), "--primary-key", "id"]) == 0
 
-    assert replay.returncode == 0, replay.stderr
-    assert json.loads(replay.stdout.splitlines()[-1]) == {
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
         "tables": {LINDORM: {"inserted": 1, "updated": 0, "deleted": 0, "rows": 1}},
         "quarantined": 0,
     }
-    current = current_rows(spark, wh, "replay", table_name(LINDORM))
-    assert current.toArrow().to_pylist() == [
-        {"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}
-    ]
+    assert cli.main(["show", LINDORM, "--warehouse", str(wh)]) == 0
+    shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert shown == [{"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}]
