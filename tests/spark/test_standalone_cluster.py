@@ -1,10 +1,12 @@
 """The whole ../shared/corpus replayed by ``cdc-platform replay`` on a real Spark standalone cluster
 (a master and two one-core workers from pyspark's own jars, on 127.0.0.1), chosen with
 ``--spark-conf spark.master=spark://...`` over a sources file that says ``local[1]``; the
-tables are checked against EXPECTED.json.
+tables are checked against EXPECTED.json and the accepted snapshot.
 
-The driver is the CLI's process; the tasks run in executor JVMs the workers start, with this
-interpreter for their Python workers. All of them see the same warehouse folder: one machine.
+The driver is a process of its own that runs the command's four replays (``cli.main``, as the
+``cdc-platform`` script does) in one application; the tasks run in executor JVMs the workers
+start, with this interpreter for their Python workers. All of them see the same warehouse
+folder: one machine.
 """
 
 import json
@@ -32,7 +34,6 @@ from tests.spark.test_format_canal import _comparable
 
 pytestmark = pytest.mark.spark
 
-CLI = Path(sys.executable).with_name("cdc-platform")
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 # Short-lived JVMs spend their time compiling: C1 alone starts each (daemons, driver, executors)
 # about twice as fast on two busy cores.
@@ -130,8 +131,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
 # --- the replays ------------------------------------------------------------------------------
 
 
-def _replay(url: str, cwd: Path, warehouse: Path, source: str, args: list[str], files: list[str]):
-    """``cdc-platform replay`` of corpus ``files`` into ``source`` on the cluster; its summary."""
+# The driver: each argument is one command line (JSON), run in turn in this one process, so
+# the replays share one application (a driver JVM and its executors start once).
+_DRIVER = """
+import json, sys
+from cdc_platform import cli
+for argv in sys.argv[1:]:
+    if cli.main(json.loads(argv)) != 0:
+        sys.exit(1)
+"""
+
+
+def _replay_all(url: str, cwd: Path, warehouse: Path) -> dict[str, dict]:
+    """``cdc-platform replay`` of each of ``REPLAYS`` on the cluster; their summaries."""
     spark_conf = {
         "spark.master": url,
         # The executors connect back to the driver: on the loopback address, not the host name.
@@ -142,21 +154,27 @@ def _replay(url: str, cwd: Path, warehouse: Path, source: str, args: list[str], 
         "spark.locality.wait": "0s",
         **SPARK_CONF,
     }
-    argv = [str(CLI), "replay", *(str(CORPUS / f) for f in files), "--warehouse", str(warehouse)]
-    argv += ["--format", "auto", "--source", source, "--date", snap.DATE, *args]
-    argv += [arg for kv in spark_conf.items() for arg in ("--spark-conf", "=".join(kv))]
+    commands = []
+    for source, (typed, files) in snap.REPLAYS.items():
+        argv = ["replay", *(str(CORPUS / f) for f in files), "--warehouse", str(warehouse)]
+        argv += ["--format", "auto", "--source", source, "--date", snap.DATE]
+        argv += snap.TYPED if typed else []
+        argv += [arg for kv in spark_conf.items() for arg in ("--spark-conf", "=".join(kv))]
+        commands.append(json.dumps(argv))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SPARK_"))}
     env |= {"SPARK_LOCAL_IP": "127.0.0.1", "JAVA_TOOL_OPTIONS": JVM_OPTIONS}
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        [sys.executable, "-c", _DRIVER, *commands], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
-        out, err = proc.communicate(timeout=600)
+        out, err = proc.communicate(timeout=900)
     finally:
         stop_group(proc)  # the driver's JVM too, should the command hang
     assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.splitlines()[-1])
+    # Each replay prints its summary (one JSON line) last.
+    summaries = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return dict(zip(snap.REPLAYS, summaries, strict=True))
 
 
 def _rows(spark, warehouse: Path, source: str, qualified: str, key: list[str]) -> list[dict]:
@@ -206,15 +224,12 @@ def test_the_corpus_replays_on_a_standalone_cluster(cluster, spark, expected, tm
     (tmp_path / "sources.yaml").write_text("spark: {master: 'local[1]'}\nsources: []\n")
     warehouse = tmp_path / "warehouse"
 
-    summaries = {
-        source: _replay(url, tmp_path, warehouse, source, snap.TYPED if typed else [], files)
-        for source, (typed, files) in snap.REPLAYS.items()
-    }
+    summaries = _replay_all(url, tmp_path, warehouse)
 
-    # Every replay was an application of the cluster, with executors on both workers.
+    # The replays ran as an application of the cluster, with executors on both workers.
     state = _master_state(webui)
     apps = state["activeapps"] + state["completedapps"]
-    assert sorted(a["cores"] for a in apps) == [2] * len(snap.REPLAYS), apps
+    assert [a["cores"] for a in apps] == [2], apps
     for source, (_, files) in snap.REPLAYS.items():
         entries = [expected[f] for f in files]
         for entry in entries:
