@@ -19,6 +19,8 @@ _LINE = re.compile(r";?\s*\(?line (\d+),? pos (\d+)\)?;?")
 # A model is a query: Spark would run a command (DROP, INSERT, SET ...) as soon as it is parsed.
 _QUERY = re.compile(r"\s*\(*\s*(select|with|from|values|table)\b", re.IGNORECASE)
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+# The Spark Connect client's logger.
+_CONNECT_LOGGER = "pyspark.sql.connect.logging"
 
 
 def render(project: Project, model: Model, incremental: bool = False) -> str:
@@ -96,8 +98,12 @@ def _parse(spark: SparkSession, sql: str) -> None:
         jvm.sessionState().sqlParser().parsePlan(sql)  # noqa: SLF001 - parse only
         return
     # pyspark logs every SQL error at ERROR with its stack, caught or not: this one is expected.
-    logger = PySparkLogger.getLogger("SQLQueryContextLogger")
-    was, logger.disabled = logger.disabled, True
+    # (The Connect client's logger is off by default, but a host's logging setup, such as
+    # Dagster's, may turn it back on.)
+    loggers = [PySparkLogger.getLogger(n) for n in ("SQLQueryContextLogger", _CONNECT_LOGGER)]
+    were = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
     try:
         spark.sql(sql)
     except ParseException:
@@ -105,7 +111,8 @@ def _parse(spark: SparkSession, sql: str) -> None:
     except AnalysisException:
         pass
     finally:
-        logger.disabled = was
+        for logger, was in zip(loggers, were, strict=True):
+            logger.disabled = was
 
 
 def template_line(model: Model, sql: str, line: int) -> int:
