@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canal
 from cdc_platform.formats import canonical as C
@@ -21,6 +20,7 @@ from cdc_platform.normalize import table_name
 from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS, FIXTURES, SEEDS
+from tests.tables import changelog, current, quarantine, write_lines
 
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
@@ -47,21 +47,6 @@ def _replay(spark, warehouse, files, source: SourceConfig, **kw):
     return replay(spark, warehouse, files, source, DATE, **kw)
 
 
-def _current(spark, warehouse, qualified: str, order: str = "id", source: str = "t") -> list:
-    df = current_rows(spark, warehouse, source, table_name(qualified))
-    return df.orderBy(order).toArrow().to_pylist()
-
-
-def _changelog(spark, warehouse, qualified: str, source: str = "t") -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
-
-
-def _quarantine(spark, warehouse, source: str = "t") -> list[dict]:
-    df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, source))
-    return [] if df is None else df.orderBy("file", "line").toArrow().to_pylist()
-
-
 def _float32(x):
     return None if x is None else struct.unpack("f", struct.pack("f", x))[0]
 
@@ -82,13 +67,6 @@ def _comparable(rows: list[dict], entry: dict, columns) -> list[dict]:
     return out
 
 
-def _write(path: Path, messages: list) -> Path:
-    """One message per line: dicts as JSON, strings verbatim."""
-    lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def _ms(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
@@ -104,7 +82,7 @@ def _fixture_line(name: str) -> str:
 
 def _parse(spark, tmp_path: Path, messages: list, convention: str = "current") -> list[dict]:
     """parse() alone on landing lines (no Delta): the parsed records in order."""
-    path = _write(tmp_path / "parse.jsonl", messages)
+    path = write_lines(tmp_path / "parse.jsonl", messages)
     raw = spark.createDataFrame(landing.read_files([(path, path.name)], DATE, topic="t"))
     parsed = canal.parse(raw, {"canal.convention": convention})
     return parsed.orderBy("line", "source_sequence").toArrow().to_pylist()
@@ -240,7 +218,7 @@ def test_parse_returns_the_parsed_schema_and_never_raises(spark, tmp_path):
         _msg("DELETE", [None, _row(2, "b")]),
         _msg("MHEARTBEAT", None, table=""),
     ]
-    path = _write(tmp_path / "bad.jsonl", messages)
+    path = write_lines(tmp_path / "bad.jsonl", messages)
     raw = spark.createDataFrame(landing.read_files([(path, path.name)], DATE, topic="t"))
     parsed = canal.parse(raw, {})
     assert parsed.columns == raw.columns + [f.name for f in C.PARSED_SCHEMA.fields]
@@ -363,14 +341,14 @@ SEED_TABLE = "dbname.tablename"
 def test_seed_current_delete_and_annotated_ddl(spark, warehouse, tmp_path):
     insert = {**json.loads(_fixture_line(SEED_FILES[1])), "type": "INSERT", "es": 1600161893000}
     insert["data"] = [{"id": "500000287", "shipping_type": "aaa"}]
-    path = _write(
+    path = write_lines(
         tmp_path / "seed.jsonl",
         [insert, _fixture_line(SEED_FILES[1]), _fixture_line(SEED_FILES[2])],
     )
     summary, result = _replay(spark, warehouse, [path], _source())
 
     assert summary["tables"][SEED_TABLE] == {"inserted": 1, "updated": 0, "deleted": 1, "rows": 0}
-    log = _changelog(spark, warehouse, SEED_TABLE)
+    log = changelog(spark, warehouse, "t", SEED_TABLE)
     assert [(r["op"], r["key"]) for r in log] == [
         ("c", {"id": 500000287}),
         ("d", {"id": 500000287}),
@@ -382,7 +360,7 @@ def test_seed_current_delete_and_annotated_ddl(spark, warehouse, tmp_path):
     assert (delete["database"], delete["schema"], delete["table"]) == ("dbname", None, "tablename")
     assert delete["source_format"] == "canal" and delete["tx_id"] is None
     # The DDL example carries inline comments: not JSON, quarantined with its bytes.
-    [q] = _quarantine(spark, warehouse)
+    [q] = quarantine(spark, warehouse, "t")
     assert q["reason"].startswith("invalid JSON")
     assert q["value"] == _fixture_line(SEED_FILES[2]).encode()
     assert q["line"] == 3 and result.ddl == 0
@@ -396,15 +374,19 @@ def test_seed_legacy_delete_names_no_key_and_is_quarantined(spark, warehouse, tm
     keyed = {**json.loads(_fixture_line(SEED_FILES[0])), "es": 1600161895000}
     keyed["old"] = [{"id": "500000288", "shipping_type": "bbb"}]
     insert2 = {**insert, "old": [{"id": "500000288", "shipping_type": "bbb"}]}
-    path = _write(tmp_path / "legacy.jsonl", [insert, insert2, _fixture_line(SEED_FILES[0]), keyed])
+    path = write_lines(
+        tmp_path / "legacy.jsonl", [insert, insert2, _fixture_line(SEED_FILES[0]), keyed]
+    )
     summary, _ = _replay(spark, warehouse, [path], _source("legacy"))
 
     assert summary["tables"][SEED_TABLE] == {"inserted": 2, "updated": 0, "deleted": 1, "rows": 1}
-    assert _current(spark, warehouse, SEED_TABLE) == [{"id": 500000287, "shipping_type": "aaa"}]
-    [q] = _quarantine(spark, warehouse)
+    assert current(spark, warehouse, "t", SEED_TABLE, "id") == [
+        {"id": 500000287, "shipping_type": "aaa"}
+    ]
+    [q] = quarantine(spark, warehouse, "t")
     assert q["reason"] == "primary key column 'id' is null"
     assert q["line"] == 3 and q["value"] == _fixture_line(SEED_FILES[0]).encode()
-    log = _changelog(spark, warehouse, SEED_TABLE)
+    log = changelog(spark, warehouse, "t", SEED_TABLE)
     assert log[-1]["op"] == "d" and log[-1]["before"] == {"id": 500000288, "shipping_type": "bbb"}
 
 
@@ -419,7 +401,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
     summary, result = _replay(spark, warehouse, [CORPUS / name], source)
 
     columns = list(entry["column_types"])
-    rows = _current(spark, warehouse, entry["table"], entry["primary_key"][0])
+    rows = current(spark, warehouse, "t", entry["table"], entry["primary_key"][0])
     assert _comparable(rows, entry, columns) == _comparable(entry["final_state"], entry, columns)
     counts = summary["tables"][entry["table"]]
     assert counts["inserted"] == entry["counts"]["insert"]
@@ -439,9 +421,9 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
         )
         cols = list(other["final_state"][0])
         key = cols[0]
-        assert _comparable(_current(spark, warehouse, qualified, key), entry, cols) == _comparable(
-            other["final_state"], entry, cols
-        )
+        assert _comparable(
+            current(spark, warehouse, "t", qualified, key), entry, cols
+        ) == _comparable(other["final_state"], entry, cols)
     # Types come from mysqlType.
     df = current_rows(spark, warehouse, "t", table_name(entry["table"]))
     types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
@@ -456,7 +438,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
         other = {r["id"]: r["other"] for r in rows}
         assert types["other"] == "string"
         assert (other[101], other[106]) == (None, "val0")
-        log = _changelog(spark, warehouse, entry["table"])
+        log = changelog(spark, warehouse, "t", entry["table"])
         assert [r["op"] for r in log[:9]] == ["r"] * 9
     if others:
         orders = current_rows(spark, warehouse, "t", table_name("mydb.orders")).schema
@@ -500,7 +482,7 @@ def _item(typ, rows, es, id_=50):
 
 def test_end_to_end_current_convention(spark, warehouse, tmp_path):
     es = 1700000000000
-    first = _write(
+    first = write_lines(
         tmp_path / "a_first.jsonl",
         [
             _msg("INIT", [_row(1, "one"), _row(2, "two")], es=es - 60000, id_=1),
@@ -524,7 +506,7 @@ def test_end_to_end_current_convention(spark, warehouse, tmp_path):
             _msg("INSERT", [_row(10, "bad bytes", bin="中")], es=es + 3000, id_=5),
         ],
     )
-    second = _write(
+    second = write_lines(
         tmp_path / "b_second.jsonl",
         [
             # same batch id and an *earlier* es than the update above: file order still wins
@@ -545,7 +527,7 @@ def test_end_to_end_current_convention(spark, warehouse, tmp_path):
     )
     summary, result = _replay(spark, warehouse, [first, second], _source())
 
-    orders = _current(spark, warehouse, ORDERS)
+    orders = current(spark, warehouse, "t", ORDERS, "id")
     assert [(r["id"], r["name"], r["price"]) for r in orders] == [
         (1, "eins", Decimal("1.50")),
         (5, "fünf", Decimal("1.50")),
@@ -556,11 +538,11 @@ def test_end_to_end_current_convention(spark, warehouse, tmp_path):
         "big": Decimal("18446744073709551615"), "qty": 65535, "ratio": 0.25,
         "bin": b"\xff\x80\x00A",  # Canal writes bytes as ISO-8859-1 text
     }  # fmt: skip
-    assert _current(spark, warehouse, ITEMS, "sku") == [{"sku": "C", "stock": 3}]
+    assert current(spark, warehouse, "t", ITEMS, "sku") == [{"sku": "C", "stock": 3}]
     assert summary["tables"][ORDERS] == {"inserted": 4, "updated": 6, "deleted": 2, "rows": 2}
     assert summary["tables"][ITEMS] == {"inserted": 3, "updated": 0, "deleted": 0, "rows": 1}
     assert result.ddl == 1
-    reasons = sorted(r["reason"] for r in _quarantine(spark, warehouse))
+    reasons = sorted(r["reason"] for r in quarantine(spark, warehouse, "t"))
     assert reasons == [
         "invalid JSON: not a JSON object",
         "type mismatch: after.bin = 中 is not binary",
@@ -568,17 +550,17 @@ def test_end_to_end_current_convention(spark, warehouse, tmp_path):
         "unknown Canal type 'UPSERT'",
     ]
     assert summary["quarantined"] == 4
-    log = _changelog(spark, warehouse, ORDERS)
+    log = changelog(spark, warehouse, "t", ORDERS)
     assert [r["op"] for r in log] == ["r", "r", "c", "c", "u", "u", "d", "u", "u", "u", "u", "d"]
     assert log[0]["after"]["id"] == 1 and log[0]["event_time"] == _ms(es - 60000)
-    items = _changelog(spark, warehouse, ITEMS)
+    items = changelog(spark, warehouse, "t", ITEMS)
     assert [r["op"] for r in items] == ["c", "c", "t", "c"]
 
 
 def test_end_to_end_legacy_convention(spark, warehouse, tmp_path):
     """DTS instances created before 2022-03-20: old = new values, data = previous values."""
     es = 1600161894000
-    legacy = _write(
+    legacy = write_lines(
         tmp_path / "legacy.jsonl",
         [
             _msg("INSERT", None, [_row(1, "one"), _row(2, "two")], es=es),
@@ -593,14 +575,14 @@ def test_end_to_end_legacy_convention(spark, warehouse, tmp_path):
     )
     summary, result = _replay(spark, warehouse, [legacy], _source("legacy"))
 
-    rows = _current(spark, warehouse, ORDERS)
+    rows = current(spark, warehouse, "t", ORDERS, "id")
     assert [(r["id"], r["name"], r["price"]) for r in rows] == [
         (2, "dos", Decimal("1.50")),
         (3, "tres", Decimal("1.50")),
     ]
     assert summary["tables"][ORDERS] == {"inserted": 3, "updated": 2, "deleted": 1, "rows": 2}
     assert result.ddl == 1 and summary["quarantined"] == 0
-    log = _changelog(spark, warehouse, ORDERS)
+    log = changelog(spark, warehouse, "t", ORDERS)
     update = log[2]
     assert (update["before"]["name"], update["after"]["name"]) == ("one", "uno")
     assert (update["before"]["price"], update["after"]["price"]) == (Decimal("1.50"), Decimal("2"))

@@ -13,15 +13,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import datahub_tuple, detect
 from cdc_platform.ingest import landing
-from cdc_platform.normalize import table_name
-from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
+from tests.tables import changelog, current, quarantine, write_lines
 
 pytestmark = pytest.mark.spark
 
@@ -38,12 +36,6 @@ def _ms(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
-def _write(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def _seed_table() -> tuple[str, list[dict]]:
     """The verbatim Tuple example, and the records it shows: five field names, then five values
     per record (the document prints one cell per line, blank lines between)."""
@@ -57,7 +49,7 @@ def _seed_table() -> tuple[str, list[dict]]:
 
 def _parse(spark, tmp_path: Path, lines: list[str]) -> list[dict]:
     """Parsed records of landing lines, without the pipeline (no Delta)."""
-    raw = landing.read_file(_write(tmp_path / "parse.jsonl", lines), DATE, SOURCE)
+    raw = landing.read_file(write_lines(tmp_path / "parse.jsonl", lines), DATE, SOURCE)
     df = datahub_tuple.parse(spark.createDataFrame(raw), {})
     return df.orderBy("line").toArrow().to_pylist()
 
@@ -97,21 +89,6 @@ def _replay(spark, warehouse, files):
         SourceConfig(name=SOURCE, format="datahub-tuple", primary_key=["id"], column_types=TYPES),
         DATE,
     )  # fmt: skip
-
-
-def _current(spark, warehouse, qualified: str) -> list[dict]:
-    df = current_rows(spark, warehouse, SOURCE, table_name(qualified))
-    return df.orderBy("id").toArrow().to_pylist()
-
-
-def _changelog(spark, warehouse, qualified: str) -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, SOURCE, table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
-
-
-def _quarantine(spark, warehouse) -> list[dict]:
-    df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, SOURCE))
-    return [] if df is None else df.orderBy("ingest_date", "file", "line").toArrow().to_pylist()
 
 
 # --- the format's contract -------------------------------------------------------------------
@@ -199,7 +176,7 @@ def test_end_to_end_inserts_paired_updates_deletes_and_errors(spark, warehouse, 
         seed_text.replace("\n", ""),  # the seed's table as printed: invalid JSON
         _ua("20", _user(3, "cid", 7.5)),  # an after half whose before half came earlier
     ]
-    f = _write(tmp_path / "users.jsonl", records)
+    f = write_lines(tmp_path / "users.jsonl", records)
     summary, result = _replay(spark, warehouse, [f])
 
     assert summary == {
@@ -210,16 +187,16 @@ def test_end_to_end_inserts_paired_updates_deletes_and_errors(spark, warehouse, 
         "quarantined": 4,
     }
     assert (result.control, result.ddl) == (2, 0)  # the two consumed before halves
-    assert _current(spark, warehouse, USERS) == [
+    assert current(spark, warehouse, SOURCE, USERS, "id") == [
         _user(1, "ann", 9.5), _user(3, "cid", 7.5), _user(40, "dan", 4.5)
     ]  # fmt: skip
-    assert _current(spark, warehouse, ITEMS) == [_user(1, "widget", 0.5)]
-    reasons = {q["line"]: q["reason"] for q in _quarantine(spark, warehouse)}
+    assert current(spark, warehouse, SOURCE, ITEMS, "id") == [_user(1, "widget", 0.5)]
+    reasons = {q["line"]: q["reason"] for q in quarantine(spark, warehouse, SOURCE)}
     assert reasons[11].startswith("unpaired update: the before image (_sequence_id_ 15)")
     assert reasons[12] == "unknown DataHub Tuple _operation_type_ 'X'"
     assert reasons[13].startswith("_sequence_id_ 'null' is not an integer")
     assert reasons[14] == "invalid JSON: not a JSON object"
-    changes = _changelog(spark, warehouse, USERS)
+    changes = changelog(spark, warehouse, SOURCE, USERS)
     assert [(c["op"], c["key"], c["before"], c["after"]) for c in changes] == [
         ("c", {"id": 1}, None, _user(1, "ann", 1.5)),
         ("c", {"id": 2}, None, _user(2, "bob", 2.5)),
@@ -234,7 +211,7 @@ def test_end_to_end_inserts_paired_updates_deletes_and_errors(spark, warehouse, 
         _ms(T0 + s) for s in (10, 11, 12, 13, 14, 16, 17, 20)
     ]  # fmt: skip
     assert {(c["database"], c["schema"], c["table"]) for c in changes} == {("shop", None, "users")}
-    [item] = _changelog(spark, warehouse, ITEMS)
+    [item] = changelog(spark, warehouse, SOURCE, ITEMS)
     assert (item["database"], item["schema"], item["table"]) == ("inventory", "public", "items")
 
 

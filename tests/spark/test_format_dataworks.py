@@ -28,6 +28,7 @@ from cdc_platform.normalize import table_name
 from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS, FIXTURES, SEEDS
+from tests.tables import changelog, current, quarantine, write_lines
 
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
@@ -57,33 +58,12 @@ def _line(name: str) -> str:
         return text.replace("\r", "").replace("\n", "")
 
 
-def _write(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def _replay(spark, warehouse, files, key=None, types=None):
     return replay(
         spark, warehouse, files,
         SourceConfig(name=SOURCE, format="dataworks", primary_key=key, column_types=types or {}),
         DATE,
     )  # fmt: skip
-
-
-def _changelog(spark, warehouse, qualified: str) -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, SOURCE, table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
-
-
-def _quarantine(spark, warehouse) -> list[dict]:
-    df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, SOURCE))
-    return [] if df is None else df.orderBy("ingest_date", "file", "line").toArrow().to_pylist()
-
-
-def _current(spark, warehouse, qualified: str, order: list[str]) -> list[dict]:
-    df = current_rows(spark, warehouse, SOURCE, table_name(qualified))
-    return df.orderBy(*order).toArrow().to_pylist()
 
 
 def _parsed(spark, warehouse) -> list[dict]:
@@ -195,12 +175,12 @@ def replayed(spark, tmp_path_factory) -> SimpleNamespace:
     d = tmp_path_factory.mktemp("dataworks")
     warehouse = d / "warehouse"
     files = {
-        "001": _write(d / "seed001.jsonl", [_line(n) for n in SEED_001]),
-        "003": _write(d / "seed003.jsonl", [_line(n) for n in SEED_003]),
-        "e2e": _write(d / "orders.jsonl", _end_to_end_messages()),
+        "001": write_lines(d / "seed001.jsonl", [_line(n) for n in SEED_001]),
+        "003": write_lines(d / "seed003.jsonl", [_line(n) for n in SEED_003]),
+        "e2e": write_lines(d / "orders.jsonl", _end_to_end_messages()),
     }
     summary, result = _replay(spark, warehouse, list(files.values()))
-    parsed, quarantined = _parsed(spark, warehouse), _quarantine(spark, warehouse)
+    parsed, quarantined = _parsed(spark, warehouse), quarantine(spark, warehouse, SOURCE)
 
     def of(rows: list[dict], name: str) -> list[dict]:
         return [r for r in rows if r["file"] == str(files[name].resolve())]
@@ -236,7 +216,7 @@ def test_seed_examples_replay_summary(replayed):
 def test_seed_001_examples(spark, replayed):
     # primaryKey is null: keyed by the synthetic row-id column, typed LONG -> bigint.
     assert replayed.result.tables[table_name(NO_PK)].key == [ROW_ID]
-    changes = _changelog(spark, replayed.warehouse, NO_PK)
+    changes = changelog(spark, replayed.warehouse, SOURCE, NO_PK)
     assert [(c["op"], c["key"], c["before"], c["after"]) for c in changes] == [
         ("c", {ROW_ID: 15}, None, MAN),
         ("u", {ROW_ID: 15}, MAN, WOMAN),  # before from UPDATE_BEFOR, after from UPDATE_AFTER
@@ -255,7 +235,7 @@ def test_seed_001_examples(spark, replayed):
         (c["database"], c["schema"], c["table"], c["source_format"], c["tx_id"]) for c in changes
     }
     assert meta == {("pkset_test", None, "pkset_test_no_pk", "dataworks", None)}
-    assert _current(spark, replayed.warehouse, NO_PK, [ROW_ID]) == []
+    assert current(spark, replayed.warehouse, SOURCE, NO_PK, [ROW_ID]) == []
 
     quarantined = replayed.quarantined["001"]
     assert [(q["line"], q["value"]) for q in quarantined] == [
@@ -295,7 +275,7 @@ def test_seed_003_blob_examples(spark, replayed):
     assert replayed.result.tables[table_name(PK_TABLE)].key == ["id", "name"]
     joe = {"id": 1, "name": "joe", "comment": "comment"}
     joe1 = {**joe, "comment": "com1"}
-    changes = _changelog(spark, replayed.warehouse, PK_TABLE)
+    changes = changelog(spark, replayed.warehouse, SOURCE, PK_TABLE)
     assert [(c["op"], c["key"], c["before"], c["after"]) for c in changes] == [
         ("c", {"id": 1, "name": "joe"}, None, joe),
         ("u", {"id": 1, "name": "joe"}, joe, joe1),
@@ -308,7 +288,7 @@ def test_seed_003_blob_examples(spark, replayed):
         _ms(1605339932000), _ms(1605339934000), _ms(1605339937000)
     ]  # fmt: skip
     assert [c["line"] for c in changes] == [3, 5, 6]
-    assert _current(spark, replayed.warehouse, PK_TABLE, ["id"]) == []
+    assert current(spark, replayed.warehouse, SOURCE, PK_TABLE, ["id"]) == []
     quarantined = replayed.quarantined["003"]
     assert [(q["line"], q["value"]) for q in quarantined] == [
         (1, _line(SEED_003[0]).encode()),
@@ -380,11 +360,11 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
     # The 17-line license header is quarantined line by line, never in the change log.
     header = _license_lines(CORPUS / name)
     assert len(header) == 17
-    quarantined = _quarantine(spark, warehouse)
+    quarantined = quarantine(spark, warehouse, SOURCE)
     assert [(q["line"], q["value"]) for q in quarantined] == header
     assert all(q["reason"] == "invalid JSON: not a JSON object" for q in quarantined)
     assert summary["quarantined"] == 17 and result.control == result.ddl == 0
-    [change] = _changelog(spark, warehouse, entry["table"])
+    [change] = changelog(spark, warehouse, SOURCE, entry["table"])
     assert change["line"] == 19
 
 
@@ -402,10 +382,10 @@ def test_corpus_files_as_one_topic_leave_the_updated_row(spark, warehouse, expec
         "tables": {entry["table"]: {"inserted": 1, "updated": 1, "deleted": 1, "rows": 1}},
         "quarantined": 3 * 17,
     }
-    assert [q["line"] for q in _quarantine(spark, warehouse)] == [
+    assert [q["line"] for q in quarantine(spark, warehouse, SOURCE)] == [
         n for n, _ in _license_lines(topic)
     ]
-    changes = _changelog(spark, warehouse, entry["table"])
+    changes = changelog(spark, warehouse, SOURCE, entry["table"])
     # The full-load insert (sequenceId -1) sorts before every incremental change; its event
     # time falls back to systemTime (eventTime is -1).
     assert [(c["op"], c["key"]) for c in changes] == [("c", {"id": 2}), ("d", {"id": 1}),
@@ -543,22 +523,22 @@ def test_end_to_end_both_update_styles_ddl_control_and_errors(spark, replayed):
     assert reasons[26].startswith("sequenceId 'abc' is not an integer")
     assert reasons[27] == "invalid JSON: not a JSON object"
 
-    assert _current(spark, warehouse, ORDERS, ["id"]) == [
+    assert current(spark, warehouse, SOURCE, ORDERS, ["id"]) == [
         _typed(1, 12.5, paid=True, note="lone half"),
         _typed(30, 30.0, note="moved"),  # the row moved from key 3 (before from UPDATE_BEFOR)
     ]
-    assert _current(spark, warehouse, ORA, ["rowid"]) == [
+    assert current(spark, warehouse, SOURCE, ORA, ["rowid"]) == [
         {"title": "lead", "rowid": "AAIUMPAAFAACxExAAE"}
     ]
-    assert _current(spark, warehouse, EVENTS, ["id"]) == [{"id": 3, "what": "c"}]
-    orders = _changelog(spark, warehouse, ORDERS)
+    assert current(spark, warehouse, SOURCE, EVENTS, ["id"]) == [{"id": 3, "what": "c"}]
+    orders = changelog(spark, warehouse, SOURCE, ORDERS)
     assert [(c["op"], c["key"]["id"], (c["before"] or {}).get("id")) for c in orders] == [
         ("c", 1, None), ("c", 2, None), ("c", 3, None), ("u", 1, 1), ("u", 2, 2), ("u", 30, 3),
         ("d", 2, 2), ("u", 1, None),
     ]  # fmt: skip
     assert orders[0]["event_time"] == _ms(T0 + 999_999)  # eventTime -1: systemTime
     assert orders[3]["event_time"] == _ms(T0 + 102)
-    assert {c["tx_id"] for c in _changelog(spark, warehouse, ORA)} == {"9001", "9002"}  # scn
+    assert {c["tx_id"] for c in changelog(spark, warehouse, SOURCE, ORA)} == {"9001", "9002"}  # scn
 
 
 def _claimants(spark, docs: list[str]) -> list[tuple[bool, list[str]]]:

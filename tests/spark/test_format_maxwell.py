@@ -15,10 +15,9 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import maxwell
 from cdc_platform.ingest import landing
-from cdc_platform.normalize import table_name
-from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
+from tests.tables import changelog, current, write_lines
 
 pytestmark = pytest.mark.spark
 
@@ -48,26 +47,10 @@ def _comparable(rows: list[dict], entry: dict) -> list[dict]:
     return [{c: _float32(v) if c in f32 else v for c, v in r.items()} for r in rows]
 
 
-def _write(path: Path, messages: list) -> Path:
-    lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def _parse(spark, tmp_path: Path, messages: list) -> list[dict]:
-    path = _write(tmp_path / "parse.jsonl", messages)
+    path = write_lines(tmp_path / "parse.jsonl", messages)
     raw = spark.createDataFrame(landing.read_files([(path, path.name)], DATE, topic="t"))
     return maxwell.parse(raw, {}).orderBy("line").toArrow().to_pylist()
-
-
-def _current(spark, warehouse, qualified: str) -> list[dict]:
-    df = current_rows(spark, warehouse, "t", table_name(qualified))
-    return df.orderBy("id").toArrow().to_pylist()
-
-
-def _changelog(spark, warehouse, qualified: str) -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "t", table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
 
 
 def _s(seconds: int) -> dt.datetime:
@@ -125,7 +108,7 @@ def test_parse_returns_the_parsed_schema_and_never_raises(spark, tmp_path):
         _m("table-alter", None, sql="ALTER TABLE orders ADD c int", **{"def": {}}),
         _m("table-alter", None, sql="TRUNCATE TABLE orders"),
     ]
-    path = _write(tmp_path / "bad.jsonl", messages)
+    path = write_lines(tmp_path / "bad.jsonl", messages)
     raw = spark.createDataFrame(landing.read_files([(path, path.name)], DATE, topic="t"))
     parsed = maxwell.parse(raw, {})
     assert parsed.columns == raw.columns + [f.name for f in C.PARSED_SCHEMA.fields]
@@ -201,7 +184,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
         DATE,
     )  # fmt: skip
 
-    rows = _current(spark, warehouse, entry["table"])
+    rows = current(spark, warehouse, "t", entry["table"], "id")
     assert _comparable(rows, entry) == _comparable(entry["final_state"], entry)
     counts = summary["tables"][entry["table"]]
     assert counts["inserted"] == entry["counts"]["insert"]
@@ -209,7 +192,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     assert counts["deleted"] == entry["counts"]["delete"]
     assert counts["rows"] == len(entry["final_state"])
     assert result.ddl == entry["counts"]["other"] and summary["quarantined"] == 0
-    log = _changelog(spark, warehouse, entry["table"])
+    log = changelog(spark, warehouse, "t", entry["table"])
     # xid 7125 = 9 inserts, 7291 = 2 updates, 7322 = 2 deletes; ts is in seconds
     by_tx: dict[str, list[str]] = {}
     for r in log:
@@ -223,7 +206,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
 
 def test_end_to_end(spark, warehouse, tmp_path):
     ts = 1700000000
-    path = _write(
+    path = write_lines(
         tmp_path / "maxwell.jsonl",
         [
             _m("bootstrap-start", {}, ts=ts - 100),
@@ -273,7 +256,7 @@ def test_end_to_end(spark, warehouse, tmp_path):
         DATE,
     )
 
-    assert _current(spark, warehouse, "shop.orders") == [
+    assert current(spark, warehouse, "t", "shop.orders", "id") == [
         {"id": 1, "name": "uno", "price": Decimal("1.5")},
         {"id": 2, "name": "two", "price": Decimal("12345678901234567890.123456789")},
         {"id": 4, "name": "four", "price": Decimal("4")},
@@ -285,7 +268,7 @@ def test_end_to_end(spark, warehouse, tmp_path):
         "rows": 3,
     }
     assert (result.control, result.ddl, summary["quarantined"]) == (2, 1, 3)
-    log = _changelog(spark, warehouse, "shop.orders")
+    log = changelog(spark, warehouse, "t", "shop.orders")
     assert [(r["op"], r["tx_id"]) for r in log] == [
         ("r", None), ("c", "900"), ("c", "900"), ("c", "900"), ("u", "901"), ("d", "902"),
         ("u", "903"),

@@ -5,7 +5,6 @@ import datetime as dt
 import json
 import struct
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -15,10 +14,9 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import ogg
 from cdc_platform.ingest import landing
-from cdc_platform.normalize import table_name
-from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
+from tests.tables import changelog, current, write_lines
 
 pytestmark = pytest.mark.spark
 
@@ -45,22 +43,6 @@ def _float32(x):
 def _comparable(rows: list[dict], entry: dict) -> list[dict]:
     f32 = [c for c, how in entry.get("compare", {}).items() if how == "float32"]
     return [{c: _float32(v) if c in f32 else v for c, v in r.items()} for r in rows]
-
-
-def _write(path: Path, messages: list) -> Path:
-    lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
-def _current(spark, warehouse, qualified: str, order: str = "ID") -> list[dict]:
-    df = current_rows(spark, warehouse, "t", table_name(qualified))
-    return df.orderBy(order).toArrow().to_pylist()
-
-
-def _changelog(spark, warehouse, qualified: str) -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "t", table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
 
 
 def _op(op_type: str, pos: int, op_ts: str, table="HR.EMP", **images) -> dict:
@@ -101,7 +83,7 @@ def test_parse_returns_the_parsed_schema_and_never_raises(spark, tmp_path):
         _op("T", 5, ts),
         _op("I", 6, ts, table="PDB1.HR.EMP", after={"ID": 1}),
     ]
-    path = _write(tmp_path / "bad.jsonl", messages)
+    path = write_lines(tmp_path / "bad.jsonl", messages)
     raw = spark.createDataFrame(landing.read_files([(path, path.name)], DATE, topic="t"))
     parsed = ogg.parse(raw, {})
     assert parsed.columns == raw.columns + [f.name for f in C.PARSED_SCHEMA.fields]
@@ -142,7 +124,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
         DATE,
     )  # fmt: skip
 
-    rows = _current(spark, warehouse, entry["table"], entry["primary_key"][0])
+    rows = current(spark, warehouse, "t", entry["table"], entry["primary_key"][0])
     assert _comparable(rows, entry) == _comparable(entry["final_state"], entry)
     counts = summary["tables"][entry["table"]]
     assert counts["inserted"] == entry["counts"]["insert"]
@@ -150,7 +132,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     assert counts["deleted"] == entry["counts"]["delete"]
     assert counts["rows"] == len(entry["final_state"])
     assert result.ddl == entry["counts"]["other"] and summary["quarantined"] == 0
-    log = _changelog(spark, warehouse, entry["table"])
+    log = changelog(spark, warehouse, "t", entry["table"])
     # pos orders the changes; op_ts does not (pos ...157 ran "before" ...156)
     assert [r["sequence"][:36] for r in log] == ["pos:" + str(p).zfill(32) for p in range(143, 159)]
     assert log[0]["event_time"] == dt.datetime(2020, 5, 13, 15, 40, 6, tzinfo=dt.UTC)
@@ -163,7 +145,7 @@ def test_corpus_file_reaches_final_state(spark, warehouse, expected):
 
 def test_end_to_end(spark, warehouse, tmp_path):
     t = "2024-03-01 10:00:{:02d}.000000"
-    path = _write(
+    path = write_lines(
         tmp_path / "ogg.jsonl",
         [
             _op("I", 1, t.format(1), after={"ID": 1, "NAME": "one", "SAL": 100.5}),
@@ -197,11 +179,13 @@ def test_end_to_end(spark, warehouse, tmp_path):
         DATE,
     )
 
-    assert _current(spark, warehouse, "HR.EMP") == [
+    assert current(spark, warehouse, "t", "HR.EMP", "ID") == [
         {"ID": 1, "NAME": "uno", "SAL": Decimal("101")},
         {"ID": 2, "NAME": "two", "SAL": Decimal("12345678901234567890.123456789")},
     ]
-    assert _current(spark, warehouse, "HR.DEPT") == [{"ID": 12, "NAME": "z", "SAL": Decimal("3")}]
+    assert current(spark, warehouse, "t", "HR.DEPT", "ID") == [
+        {"ID": 12, "NAME": "z", "SAL": Decimal("3")}
+    ]
     assert summary["tables"]["HR.EMP"] == {"inserted": 3, "updated": 1, "deleted": 1, "rows": 2}
     assert summary["tables"]["HR.DEPT"] == {"inserted": 3, "updated": 0, "deleted": 0, "rows": 1}
     assert summary["quarantined"] == 3 and result.ddl == 0
@@ -211,4 +195,4 @@ def test_end_to_end(spark, warehouse, tmp_path):
         "invalid JSON: not a JSON object",
         "type mismatch: after.SAL = x is not decimal(38,9)",
     ]
-    assert [r["op"] for r in _changelog(spark, warehouse, "HR.DEPT")] == ["c", "c", "t", "c"]
+    assert [r["op"] for r in changelog(spark, warehouse, "t", "HR.DEPT")] == ["c", "c", "t", "c"]

@@ -9,12 +9,10 @@ carry only the repairs applied by ``_repair`` below.
 import datetime as dt
 import json
 import re
-from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect, shareplex
@@ -23,6 +21,7 @@ from cdc_platform.normalize import table_name
 from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
+from tests.tables import changelog, quarantine, write_lines
 
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
@@ -48,12 +47,6 @@ def _line(name: str) -> str:
         return text.replace("\r", "").replace("\n", "")
 
 
-def _write(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def _replay(spark, warehouse, files, key=None, types=None):
     return replay(
         spark, warehouse, files,
@@ -67,16 +60,6 @@ def _current(spark, warehouse, qualified: str) -> dict:
     rows = df.toArrow().to_pylist()
     key = "MIO_LOG_ID" if qualified == MIO_LOG else "ID"
     return {r[key]: r for r in rows}
-
-
-def _changelog(spark, warehouse, qualified: str) -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "t", table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
-
-
-def _quarantine(spark, warehouse) -> list[dict]:
-    df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, "t"))
-    return [] if df is None else df.orderBy("file", "line").toArrow().to_pylist()
 
 
 def msg(op: str, table: str, scn: int | None, seq: int = 1, data=None, key=None, **meta) -> str:
@@ -124,7 +107,7 @@ def test_seed_examples_replayed(spark, warehouse, tmp_path):
     lines = [_line(f"002_shareplex_{n}.json") for n in SEED_EXAMPLES] + [
         _line(f"002_shareplex_{n}.completed.json") for n in ("update", "delete")
     ]
-    path = _write(tmp_path / "seed.jsonl", lines)
+    path = write_lines(tmp_path / "seed.jsonl", lines)
     # The update's `key` names every column (a table without a primary key): configure the key.
     summary, result = _replay(spark, warehouse, [path], key=["MIO_LOG_ID"])
 
@@ -139,7 +122,7 @@ def test_seed_examples_replayed(spark, warehouse, tmp_path):
                      "PLNMIO_REC_ID": "31557806", "POL_CODE": None, "CNTR_TYPE": None},
     }  # fmt: skip
 
-    insert, update = _changelog(spark, warehouse, MIO_LOG)
+    insert, update = changelog(spark, warehouse, "t", MIO_LOG)
     assert (insert["database"], insert["schema"], insert["table"]) == (None, "CL_BIZ1", "MIO_LOG")
     assert insert["event_time"] == dt.datetime(2017, 6, 16, 14, 24, 34, tzinfo=dt.UTC)
     assert insert["tx_id"] == "7.0.411499"
@@ -151,7 +134,7 @@ def test_seed_examples_replayed(spark, warehouse, tmp_path):
     assert update["before"]["CNTR_NO"] == "1171201606syui26"  # the key: previous values
     assert sorted(update["after_columns"]) == sorted(current["32537893"])
 
-    bad = _quarantine(spark, warehouse)
+    bad = quarantine(spark, warehouse, "t")
     raw = path.read_bytes().splitlines()
     assert [(r["line"], r["reason"]) for r in bad] == [
         (2, "invalid JSON: not a JSON object"),
@@ -166,7 +149,7 @@ def test_seed_examples_replayed(spark, warehouse, tmp_path):
 
 
 def test_parse_keeps_raw_columns_adds_the_parsed_schema_and_claims(spark, tmp_path):
-    path = _write(
+    path = write_lines(
         tmp_path / "m.jsonl",
         [
             _line("002_shareplex_insert.json"),
@@ -242,7 +225,7 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
         '{"meta": {"table": "APP.CUSTOMERS", "scn": "701"}, "data": {"ID": "9"}}',
         msg("ins", CUSTOMERS, 702, 1, key={"ID": "9"}),
     ]  # fmt: skip
-    path = _write(tmp_path / "shareplex.jsonl", lines)
+    path = write_lines(tmp_path / "shareplex.jsonl", lines)
     # the source's column_types apply to every table: only the shared ID column is typed
     summary, result = _replay(spark, warehouse, [path], types={"ID": "int"})
 
@@ -257,7 +240,7 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
         3: {"ID": 3, "NAME": "cy2", "EMAIL": "c2@x", "CITY": "Lyon"},
     }
     assert _current(spark, warehouse, ORDERS) == {3: {"ID": 3, "AMOUNT": "7.50"}}
-    reasons = [r["reason"] for r in _quarantine(spark, warehouse)]
+    reasons = [r["reason"] for r in quarantine(spark, warehouse, "t")]
     assert reasons == [
         "invalid JSON: not a JSON object",
         "unknown SharePlex op 'merge'",
@@ -271,13 +254,13 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
 
 
 def test_update_with_only_changed_columns_keeps_the_other_columns(spark, warehouse, tmp_path):
-    first = _write(
+    first = write_lines(
         tmp_path / "dt=2026-01-01" / "1.jsonl",
         [msg("ins", CUSTOMERS, 100, 1, customer(1, "ann", "a@x", "Oslo"))],
     )
     # Inserts carry no `key` object: a batch of inserts alone needs the key configured.
     _replay(spark, warehouse, [first], key=["ID"], types={"ID": "int"})
-    second = _write(
+    second = write_lines(
         tmp_path / "dt=2026-01-02" / "2.jsonl",
         [
             # a later batch changes only NAME of row 1

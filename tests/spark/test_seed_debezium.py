@@ -8,7 +8,6 @@ re-serialized on one line, invalid JSON keeps its bytes minus the line breaks.
 import datetime as dt
 import json
 import re
-from pathlib import Path
 
 import pytest
 from pyspark.sql import types as T
@@ -20,6 +19,7 @@ from cdc_platform.normalize import table_name
 from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
 from tests.conftest import FIXTURES
+from tests.tables import changelog, current, quarantine, write_lines
 
 SEED = FIXTURES / "seeds"
 DATE = "2026-01-01"
@@ -47,11 +47,6 @@ def _json(name: str) -> dict:
     return json.loads(_text(name))
 
 
-def _write(path: Path, lines: list[str]) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
-
-
 def _kafka(offset: int, key: object, value: object) -> str:
     """A ``.kafka.jsonl`` envelope line; a str key/value is kept as its bytes, None a tombstone."""
     return json.dumps(
@@ -67,21 +62,6 @@ def _replay(spark, warehouse, files, key=None, types=None):
         SourceConfig(name="seed", format="debezium", primary_key=key, column_types=types or {}),
         DATE,
     )  # fmt: skip
-
-
-def _current(spark, warehouse, qualified: str, order: str) -> list[dict]:
-    df = current_rows(spark, warehouse, "seed", table_name(qualified))
-    return df.orderBy(order).toArrow().to_pylist()
-
-
-def _changelog(spark, warehouse, qualified: str) -> list[dict]:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "seed", table_name(qualified))
-    return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
-
-
-def _quarantine(spark, warehouse) -> list[dict]:
-    df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, "seed"))
-    return [] if df is None else df.orderBy("file", "line").toArrow().to_pylist()
 
 
 def _ms(ms: int) -> dt.datetime:
@@ -142,7 +122,7 @@ def _meta(row: dict) -> dict:
 
 def test_lindorm_sql_examples_insert_update_drop_column_delete(spark, warehouse, tmp_path):
     # All four examples share one source.ts_ms: the landing position (file name, line) orders them.
-    first = _write(
+    first = write_lines(
         tmp_path / "1_insert_update.jsonl",
         [_line("000_lindorm_sql_insert.json"), _line("000_lindorm_sql_update.json")],
     )
@@ -153,10 +133,10 @@ def test_lindorm_sql_examples_insert_update_drop_column_delete(spark, warehouse,
         "quarantined": 0,
     }
     assert result.tables[table_name(LINDORM)].key == ["id"]
-    assert _current(spark, warehouse, LINDORM, "id") == [
+    assert current(spark, warehouse, "seed", LINDORM, "id") == [
         {"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}
     ]
-    changes = _changelog(spark, warehouse, LINDORM)
+    changes = changelog(spark, warehouse, "seed", LINDORM)
     assert [(c["op"], c["key"], c["before"], c["after"]) for c in changes] == [
         ("c", {"id": "1004"}, None,
          {"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}),
@@ -167,26 +147,26 @@ def test_lindorm_sql_examples_insert_update_drop_column_delete(spark, warehouse,
     assert all(_meta(c) == LINDORM_META for c in changes)
 
     # Dropping a column: an `u` whose full after image lacks last_name -> last_name becomes null.
-    drop = _write(
+    drop = write_lines(
         tmp_path / "2_drop_column.jsonl", [_line("000_lindorm_sql_drop_column_update.json")]
     )
     _replay(spark, warehouse, [drop], key=["id"])
-    assert _current(spark, warehouse, LINDORM, "id") == [
+    assert current(spark, warehouse, "seed", LINDORM, "id") == [
         {"id": "1004", "first_name": "Anne Marie", "last_name": None}
     ]
-    dropped = _changelog(spark, warehouse, LINDORM)[-1]
+    dropped = changelog(spark, warehouse, "seed", LINDORM)[-1]
     assert (dropped["op"], dropped["after"]) == (
         "u",
         {"id": "1004", "first_name": "Anne Marie", "last_name": None},
     )
 
-    delete = _write(tmp_path / "3_delete.jsonl", [_line("000_lindorm_sql_delete.json")])
+    delete = write_lines(tmp_path / "3_delete.jsonl", [_line("000_lindorm_sql_delete.json")])
     summary, _ = _replay(spark, warehouse, [delete], key=["id"])
 
-    assert _current(spark, warehouse, LINDORM, "id") == []
+    assert current(spark, warehouse, "seed", LINDORM, "id") == []
     assert summary["tables"][LINDORM]["rows"] == 0
     assert summary["quarantined"] == 0
-    changes = _changelog(spark, warehouse, LINDORM)
+    changes = changelog(spark, warehouse, "seed", LINDORM)
     assert [c["op"] for c in changes] == ["c", "u", "u", "d"]
     deleted = changes[-1]
     assert (deleted["key"], deleted["after"]) == ({"id": "1004"}, None)
@@ -195,7 +175,9 @@ def test_lindorm_sql_examples_insert_update_drop_column_delete(spark, warehouse,
 
 
 def test_lindorm_definition_example_takes_column_types_from_its_schema(spark, warehouse, tmp_path):
-    f = _write(tmp_path / "definition.jsonl", [_line("000_lindorm_format_definition_update.json")])
+    f = write_lines(
+        tmp_path / "definition.jsonl", [_line("000_lindorm_format_definition_update.json")]
+    )
     summary, _ = _replay(spark, warehouse, [f], key=["id"])
 
     assert summary["tables"][LINDORM] == {"inserted": 0, "updated": 1, "deleted": 0, "rows": 1}
@@ -203,7 +185,7 @@ def test_lindorm_definition_example_takes_column_types_from_its_schema(spark, wa
     after_type = lake.read(spark, uri).schema["after"].dataType
     assert after_type["id"].dataType == T.IntegerType()  # int32 in the schema, not a string
     assert after_type["name"].dataType == T.StringType()
-    [change] = _changelog(spark, warehouse, LINDORM)
+    [change] = changelog(spark, warehouse, "seed", LINDORM)
     assert (change["op"], change["before"], change["after"]) == (
         "u",
         {"id": 1004, "name": "Jane"},
@@ -216,7 +198,7 @@ def test_lindorm_definition_example_takes_column_types_from_its_schema(spark, wa
 
 
 def test_lindorm_hbase_example_decodes_base64_and_keys_on_row(spark, warehouse, tmp_path):
-    f = _write(tmp_path / "hbase.jsonl", [_line("000_lindorm_hbase_insert.json")])
+    f = write_lines(tmp_path / "hbase.jsonl", [_line("000_lindorm_hbase_insert.json")])
     summary, result = _replay(spark, warehouse, [f])  # no key override: ROW is the key
 
     assert summary == {
@@ -224,8 +206,10 @@ def test_lindorm_hbase_example_decodes_base64_and_keys_on_row(spark, warehouse, 
         "quarantined": 0,
     }
     assert result.tables[table_name(LINDORM)].key == ["ROW"]
-    assert _current(spark, warehouse, LINDORM, "ROW") == [{"ROW": "user1", "f_name": "lucky"}]
-    [change] = _changelog(spark, warehouse, LINDORM)
+    assert current(spark, warehouse, "seed", LINDORM, "ROW") == [
+        {"ROW": "user1", "f_name": "lucky"}
+    ]
+    [change] = changelog(spark, warehouse, "seed", LINDORM)
     assert (change["op"], change["key"], change["before"]) == ("c", {"ROW": "user1"}, None)
     assert change["event_time"] == _ms(1725258833727)
     assert (change["database"], change["schema"], change["table"]) == (
@@ -256,7 +240,7 @@ def test_db2_examples_keyed_by_the_kafka_key_with_tombstone(spark, warehouse, tm
         _json(f"004_db2_{n}.completed.json")
         for n in ("create_value", "update_value", "delete_value")
     ]
-    f = _write(
+    f = write_lines(
         tmp_path / "db2.kafka.jsonl",
         [_kafka(i, key, v) for i, v in enumerate(values)] + [_kafka(3, key, None)],
     )
@@ -268,10 +252,10 @@ def test_db2_examples_keyed_by_the_kafka_key_with_tombstone(spark, warehouse, tm
     }
     assert (result.messages, result.control, result.quarantined) == (4, 1, 0)  # the tombstone
     assert result.tables[table_name(DB2)].key == ["ID"]
-    assert _current(spark, warehouse, DB2, "ID") == []  # no row 1005 after the delete
-    assert _quarantine(spark, warehouse) == []
+    assert current(spark, warehouse, "seed", DB2, "ID") == []  # no row 1005 after the delete
+    assert quarantine(spark, warehouse, "seed") == []
 
-    changes = _changelog(spark, warehouse, DB2)
+    changes = changelog(spark, warehouse, "seed", DB2)
     # The key struct comes from the row image (1005); the doc's key example shows ID 1004.
     assert [(c["op"], c["key"], c["before"], c["after"]) for c in changes] == [
         ("c", {"ID": 1005}, None, DB2_ROW),
@@ -301,17 +285,17 @@ def test_verbatim_db2_examples_are_quarantined_as_invalid_json(spark, warehouse,
         f"004_db2_{n}.json" for n in ("create_value", "update_value", "delete_value")
     ]
     lines = [_line(n) for n in names]
-    plain = _write(tmp_path / "db2_verbatim.jsonl", lines)
+    plain = write_lines(tmp_path / "db2_verbatim.jsonl", lines)
     # The verbatim key (invalid too) as the Kafka key of the verbatim create, then a tombstone.
     key = _line("004_db2_key.json")
-    kafka = _write(
+    kafka = write_lines(
         tmp_path / "db2_verbatim.kafka.jsonl", [_kafka(0, key, lines[1]), _kafka(1, key, None)]
     )
     summary, result = _replay(spark, warehouse, [plain, kafka])
 
     assert summary == {"tables": {}, "quarantined": 5}
     assert (result.messages, result.control) == (6, 1)  # the tombstone is control, not an error
-    rows = _quarantine(spark, warehouse)
+    rows = quarantine(spark, warehouse, "seed")
     assert [r["value"] for r in rows] == [line.encode() for line in lines + [lines[1]]]
     assert all(r["reason"].startswith("invalid JSON") for r in rows), rows
     assert [r["line"] for r in rows] == [1, 2, 3, 4, 1]
@@ -324,7 +308,7 @@ def test_verbatim_db2_examples_are_quarantined_as_invalid_json(spark, warehouse,
 def test_cli_replays_and_shows_a_seed_message(spark, tmp_path, capsys):
     # In-process: the command's session is this one (getOrCreate). The standalone-cluster test
     # runs the command in a process of its own.
-    f = _write(tmp_path / "insert.jsonl", [_line("000_lindorm_sql_insert.json")])
+    f = write_lines(tmp_path / "insert.jsonl", [_line("000_lindorm_sql_insert.json")])
     wh = tmp_path / "wh"
 
     assert cli.main(["replay", str(f), "--warehouse", str(wh), "--primary-key", "id"]) == 0
