@@ -77,9 +77,12 @@ def accept(found: dict[str, list[str]]) -> None:
     SNAPSHOT.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
 
 
-def assert_accepted(found: dict[str, list[str]]) -> None:
-    """``found`` holds the accepted tables, each with the accepted rows."""
+def assert_accepted(found: dict[str, list[str]], only: str | None = None) -> None:
+    """``found`` holds the accepted tables (``only``: of that source), each with the accepted
+    rows."""
     accepted = json.loads(SNAPSHOT.read_text())
+    if only is not None:
+        accepted = {k: v for k, v in accepted.items() if k.split("/")[1] == only}
     assert sorted(found) == sorted(accepted)
     for table, rows in accepted.items():
         assert found[table] == rows, table
