@@ -34,6 +34,46 @@ def _f32(x):
     return None if x is None else struct.unpack("f", struct.pack("f", x))[0]
 
 
+@pytest.mark.parametrize("name", [*MIXED, "canal/canal-data-with-init.txt"])
+def test_auto_parses_a_batch_of_one_format_as_that_format(spark, tmp_path, name):
+    lines = (CORPUS / name).read_text().splitlines()
+    raw = _raw(spark, tmp_path, [line.encode() for line in lines if line] + [None])
+
+    named = _records(formats.parser_for(name.split("/")[0]).parse(raw, {}))
+    auto = _records(detect.parse(raw, {}))
+
+    *messages, tombstone = auto
+    assert messages == named[:-1]
+    assert (tombstone["kind"], tombstone["reason"], tombstone["source_format"]) == (
+        C.KIND_CONTROL, "kafka tombstone", "auto"
+    )  # fmt: skip
+
+
+def test_auto_quarantines_what_no_format_or_several_claim(spark, tmp_path):
+    canal = (CORPUS / "canal/canal-data.txt").read_text().splitlines()[0]
+    ogg = (CORPUS / "ogg/ogg-data.txt").read_text().splitlines()[0]
+    both = {"op_type": "I", "table": "S.T", "after": {"id": 1}, "op": "c", "source": {}}
+    values = [canal.encode(), ogg.encode(), b'{"hello": 1}', json.dumps(both).encode(),
+              b"hello", b"[1, 2]", None]  # fmt: skip
+
+    got = {r["offset"]: r for r in _records(detect.parse(_raw(spark, tmp_path, values), {}))}
+
+    assert [got[i]["source_format"] for i in (0, 1)] == ["canal", "ogg"]
+    assert all(got[i]["kind"] != C.KIND_ERROR for i in (0, 1))
+    assert {i: (r["kind"], r["reason"], r["source_format"]) for i, r in got.items() if i > 1} == {
+        2: (C.KIND_ERROR, "no format recognises this message", "auto"),
+        3: (C.KIND_ERROR, "ambiguous: claimed by debezium and ogg", "auto"),
+        4: (C.KIND_ERROR, "no format recognises this message", "auto"),
+        5: (C.KIND_ERROR, "no format recognises this message", "auto"),
+        6: (C.KIND_CONTROL, "kafka tombstone", "auto"),
+    }
+    # the claims detection evaluates are every format's own
+    keys = F.json_object_keys("value")
+    docs = spark.createDataFrame([(canal,), (ogg,), (json.dumps(both),)], "value string")
+    claimed = [list(r[0]) for r in docs.select(detect.claimants(keys, F.col("value"))).collect()]
+    assert claimed == [["canal"], ["ogg"], ["debezium", "ogg"]]
+
+
 def test_a_topic_mixing_four_formats_replays_to_the_right_tables(
     spark, warehouse, expected, tmp_path
 ):
@@ -81,43 +121,3 @@ def _records(parsed) -> list[dict]:
     fields = ["offset", *[f.name for f in C.PARSED_SCHEMA.fields]]
     rows = [r.asDict() for r in parsed.select(*fields).collect()]
     return sorted(rows, key=lambda r: (r["offset"], r["source_sequence"] or ""))
-
-
-@pytest.mark.parametrize("name", [*MIXED, "canal/canal-data-with-init.txt"])
-def test_auto_parses_a_batch_of_one_format_as_that_format(spark, tmp_path, name):
-    lines = (CORPUS / name).read_text().splitlines()
-    raw = _raw(spark, tmp_path, [line.encode() for line in lines if line] + [None])
-
-    named = _records(formats.parser_for(name.split("/")[0]).parse(raw, {}))
-    auto = _records(detect.parse(raw, {}))
-
-    *messages, tombstone = auto
-    assert messages == named[:-1]
-    assert (tombstone["kind"], tombstone["reason"], tombstone["source_format"]) == (
-        C.KIND_CONTROL, "kafka tombstone", "auto"
-    )  # fmt: skip
-
-
-def test_auto_quarantines_what_no_format_or_several_claim(spark, tmp_path):
-    canal = (CORPUS / "canal/canal-data.txt").read_text().splitlines()[0]
-    ogg = (CORPUS / "ogg/ogg-data.txt").read_text().splitlines()[0]
-    both = {"op_type": "I", "table": "S.T", "after": {"id": 1}, "op": "c", "source": {}}
-    values = [canal.encode(), ogg.encode(), b'{"hello": 1}', json.dumps(both).encode(),
-              b"hello", b"[1, 2]", None]  # fmt: skip
-
-    got = {r["offset"]: r for r in _records(detect.parse(_raw(spark, tmp_path, values), {}))}
-
-    assert [got[i]["source_format"] for i in (0, 1)] == ["canal", "ogg"]
-    assert all(got[i]["kind"] != C.KIND_ERROR for i in (0, 1))
-    assert {i: (r["kind"], r["reason"], r["source_format"]) for i, r in got.items() if i > 1} == {
-        2: (C.KIND_ERROR, "no format recognises this message", "auto"),
-        3: (C.KIND_ERROR, "ambiguous: claimed by debezium and ogg", "auto"),
-        4: (C.KIND_ERROR, "no format recognises this message", "auto"),
-        5: (C.KIND_ERROR, "no format recognises this message", "auto"),
-        6: (C.KIND_CONTROL, "kafka tombstone", "auto"),
-    }
-    # the claims detection evaluates are every format's own
-    keys = F.json_object_keys("value")
-    docs = spark.createDataFrame([(canal,), (ogg,), (json.dumps(both),)], "value string")
-    claimed = [list(r[0]) for r in docs.select(detect.claimants(keys, F.col("value"))).collect()]
-    assert claimed == [["canal"], ["ogg"], ["debezium", "ogg"]]
