@@ -317,7 +317,7 @@ def parse_stage(spark, out: Path, fmt: str, path: Path, reps: int) -> dict:
     warehouse = out / f"warehouse-parse-{fmt}"
     shutil.rmtree(warehouse, ignore_errors=True)
     ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
-    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, SOURCE))
+    raw = lake.read(spark, lake.TableRef(lake.RAW, SOURCE).uri(warehouse))
     times: dict[str, list[tuple[float, float]]] = {fmt: [], "auto": []}
     for _ in range(reps):
         for parser in (fmt, "auto"):

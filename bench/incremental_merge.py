@@ -110,7 +110,7 @@ def changes(ids: np.ndarray, op: str, first_seq: int, day: str, seed: int) -> pa
 
 
 def write_changes(warehouse: Path, data: pa.Table, day: str) -> None:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, SOURCE, TABLE)
+    uri = lake.TableRef(lake.CHANGELOG, SOURCE, TABLE).uri(warehouse)
     write_deltalake(
         uri, data, partition_by=[lake.PARTITION_COLUMN], mode="overwrite",
         predicate=f"{lake.PARTITION_COLUMN} = '{day}'" if lake.exists(uri) else None,
@@ -232,7 +232,7 @@ def main() -> None:
     t = time.perf_counter()
     inserts = changes(np.arange(args.rows), "c", 1, DAY1, seed=1)
     write_changes(base, inserts, DAY1)
-    cl_uri = lake.table_uri(base, lake.CHANGELOG, SOURCE, TABLE)
+    cl_uri = lake.TableRef(lake.CHANGELOG, SOURCE, TABLE).uri(base)
     print(
         f"change log: {args.rows:,} inserts, {file_layout(cl_uri)['files']} files, "
         f"{human(file_layout(cl_uri)['bytes'])} (generated and written in "
@@ -246,7 +246,7 @@ def main() -> None:
     spark.range(1).count()
     print(f"Spark session: {time.perf_counter() - t:.1f}s (not timed)", flush=True)
     install_timers()
-    cur_uri = lake.table_uri(base, lake.CURRENT, SOURCE, TABLE)
+    cur_uri = lake.TableRef(lake.CURRENT, SOURCE, TABLE).uri(base)
 
     def build():
         shutil.rmtree(cur_uri, ignore_errors=True)
@@ -284,7 +284,7 @@ def main() -> None:
             shutil.rmtree(wh, ignore_errors=True)
             shutil.copytree(base, wh)
             write_changes(wh, batch, DAY2)
-            uri = lake.table_uri(wh, lake.CURRENT, SOURCE, TABLE)
+            uri = lake.TableRef(lake.CURRENT, SOURCE, TABLE).uri(wh)
             r = run(f"{dist} #{i + 1}", lambda wh=wh: merge_current(spark, wh, SOURCE, TABLE))
             r["metrics"] = dict(LAST_METRICS)
             r["files"] = files_diff(uri, base_version)

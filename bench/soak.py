@@ -235,7 +235,7 @@ def raw_rows(warehouse: Path, source: str) -> int:
     from cdc_platform import lake
 
     try:
-        return lake.row_count(lake.table_uri(warehouse, lake.RAW, source))
+        return lake.row_count(lake.TableRef(lake.RAW, source).uri(warehouse))
     except Exception:  # noqa: BLE001
         return 0
 
@@ -325,7 +325,7 @@ def compare_current(warehouse: Path, source: str, stream: Stream) -> dict:
     """The current table's live rows against the reference state."""
     from cdc_platform import lake
 
-    uri = lake.table_uri(warehouse, lake.CURRENT, source, TABLE)
+    uri = lake.TableRef(lake.CURRENT, source, TABLE).uri(warehouse)
     table = lake.read_arrow(uri, columns=[*COLUMN_TYPES, "__deleted"])
     rows = {}
     if table is not None:
@@ -356,16 +356,16 @@ def reconcile(warehouse: Path, source: str, produced: int) -> dict:
     from cdc_platform.formats.canonical import RAW_COORDINATES
 
     coords = list(RAW_COORDINATES)
-    raw = lake.read_arrow(lake.table_uri(warehouse, lake.RAW, source), columns=coords)
+    raw = lake.read_arrow(lake.TableRef(lake.RAW, source).uri(warehouse), columns=coords)
     if raw is None:
         return {"raw": 0, "produced": produced, "ok": False, "outcomes": {}, "no_outcome": 0,
                 "duplicates": 0, "quarantine_reasons": {}}  # fmt: skip
     outputs = []
     for outcome, uris in (
         ("change", lake.tables_under(warehouse, lake.CHANGELOG, source)),
-        ("control", [lake.table_uri(warehouse, lake.CONTROL, source)]),
+        ("control", [lake.TableRef(lake.CONTROL, source).uri(warehouse)]),
         ("ddl", lake.tables_under(warehouse, lake.DDL, source)),
-        ("quarantine", [lake.table_uri(warehouse, lake.QUARANTINE, source)]),
+        ("quarantine", [lake.TableRef(lake.QUARANTINE, source).uri(warehouse)]),
     ):
         for uri in uris:
             if lake.exists(uri) and set(coords) <= set(lake.arrow_schema(uri).names):
@@ -389,7 +389,7 @@ def reconcile(warehouse: Path, source: str, produced: int) -> dict:
     outcomes = dict(rows)
     duplicates = con.execute(f"select count(*) - count(distinct {key}) from raw").fetchall()[0][0]
     reasons = {}
-    q = lake.table_uri(warehouse, lake.QUARANTINE, source)
+    q = lake.TableRef(lake.QUARANTINE, source).uri(warehouse)
     if lake.exists(q) and "reason" in lake.arrow_schema(q).names:
         con.register("q", lake.read_arrow(q, columns=["reason"]))
         reasons = dict(con.execute("select reason, count(*) from q group by 1 order by 2 desc"

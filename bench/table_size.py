@@ -70,7 +70,7 @@ def preview(spark, warehouse: Path, written: list[str] | None):
 
 def measure(spark, work: Path, size: int, shape: str, rounds: int) -> dict[str, float]:
     warehouse = work / f"{shape}-{size}"
-    cl = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
+    cl = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
     state = {lake.STATE_KEY: '{"key":["id"],"qualified":"t"}'}
     first = changes(spark, spark.range(size), "c", 0, 0)
     props = lake.properties(metadata=state)
@@ -90,7 +90,7 @@ def measure(spark, work: Path, size: int, shape: str, rounds: int) -> dict[str, 
             ids = spark.range(size).sample(fraction=min(1.0, 2.0 * BATCH / size), seed=r)
             batch = changes(spark, ids.limit(BATCH), "u", seq, r)
         lake.append(batch, cl, partition_by=[lake.PARTITION_COLUMN], props=props)
-        before = set(lake.files(lake.table_uri(warehouse, lake.CURRENT, "s", "t")))
+        before = set(lake.files(lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)))
         merged, t_merge = timed(lambda: merge_current(spark, warehouse, "s", "t"))
         balance = {"live_before": merged.live_before, "made_live": merged.made_live,
                    "made_dead": merged.made_dead, "truncated_live": merged.truncated_live,
@@ -102,7 +102,7 @@ def measure(spark, work: Path, size: int, shape: str, rounds: int) -> dict[str, 
         assert all(run.success for run in runs), [r.rule for run in runs for r in run.rules]
 
         _, t_preview = timed(preview, spark, warehouse, merged.written)
-        after = set(lake.files(lake.table_uri(warehouse, lake.CURRENT, "s", "t")))
+        after = set(lake.files(lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)))
         parts["merge"].append(t_merge)
         parts["checks"].append(t_checks)
         parts["preview"].append(t_preview)

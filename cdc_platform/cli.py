@@ -484,20 +484,19 @@ def _show(args: argparse.Namespace) -> int:
     _check_warehouse(warehouse, must_exist=True)
     source, table = _find_table(warehouse, args.table, args.source)
     spark = _spark(args)
-    state = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source, table))
-    key = state.get("key", [])
+    state = lake.state(lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse))
+    key = state.key or []
     if args.layer == "current":
         df = current_rows(spark, warehouse, source, table)
         order = key
     elif args.layer == "changelog":
-        df = lake.read(spark, lake.table_uri(warehouse, lake.CHANGELOG, source, table))
+        df = lake.read(spark, lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse))
         order = [f"key.{k}" for k in key] + ["sequence"]
     else:
-        df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, source))
+        df = lake.read(spark, lake.TableRef(lake.QUARANTINE, source).uri(warehouse))
         if df is not None:
             df = df.where(
-                F.col("qualified_table").isNull()
-                | (F.col("qualified_table") == state.get("qualified"))
+                F.col("qualified_table").isNull() | (F.col("qualified_table") == state.qualified)
             )
         order = ["ingest_date", "file", "line", "partition", "offset"]
     if df is None:

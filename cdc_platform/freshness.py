@@ -45,18 +45,16 @@ def _newest(*times: datetime | None) -> datetime | None:
 
 
 def changelog(warehouse: Path, source: str, table: str, now: datetime | None = None) -> Freshness:
-    changes = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
-    control = lake.table_uri(warehouse, lake.CONTROL, source)
+    changes = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
+    control = lake.TableRef(lake.CONTROL, source).uri(warehouse)
     return _of(
         _newest(lake.max_stat(changes, "event_time"), lake.max_stat(control, "event_time")), now
     )
 
 
 def current(warehouse: Path, source: str, table: str, now: datetime | None = None) -> Freshness:
-    changes = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
-    merged = lake.state(lake.table_uri(warehouse, lake.CURRENT, source, table)).get(
-        "changelog_version"
-    )
+    changes = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
+    merged = lake.state(lake.TableRef(lake.CURRENT, source, table).uri(warehouse)).changelog_version
     if merged is None:
         return Freshness(None, None)
     if merged == lake.version(changes):

@@ -29,11 +29,11 @@ def current(
 
 def changelog(spark: SparkSession, warehouse: Path, source: str, qualified: str) -> list[dict]:
     """The change log of the table messages name ``qualified``, in sequence order."""
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table_name(qualified))
+    uri = lake.TableRef(lake.CHANGELOG, source, table_name(qualified)).uri(warehouse)
     return lake.read(spark, uri).orderBy("sequence").toArrow().to_pylist()
 
 
 def quarantine(spark: SparkSession, warehouse: Path, source: str) -> list[dict]:
     """The source's quarantined records by landing position ([] when nothing was quarantined)."""
-    df = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, source))
+    df = lake.read(spark, lake.TableRef(lake.QUARANTINE, source).uri(warehouse))
     return [] if df is None else df.orderBy("ingest_date", "file", "line").toArrow().to_pylist()

@@ -8,7 +8,6 @@ import dagster as dg
 from pydantic import Field
 
 from cdc_platform import freshness
-from cdc_platform import lake as delta
 from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
 from cdc_platform.defs import quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES, automation_sensor
@@ -27,6 +26,18 @@ from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, source_tags
 from cdc_platform.defs.sensors import build_landing_sensor
+from cdc_platform.lake import (
+    CHANGELOG,
+    CONTROL,
+    CURRENT,
+    DDL,
+    HISTORY,
+    QUARANTINE,
+    RAW,
+    TableRef,
+    changelog_tables,
+    state,
+)
 from cdc_platform.steps.changelog import normalize_new, normalize_source
 from cdc_platform.steps.current import current_rows, merge_current
 from cdc_platform.steps.history import update_history
@@ -40,7 +51,7 @@ SINGLE_RUN = dg.BackfillPolicy.single_run()
 
 def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinition:
     @dg.asset(
-        key=asset_key(delta.RAW, source.name),
+        key=asset_key(RAW, source.name),
         group_name=source.name,
         partitions_def=daily_partitions(source),
         backfill_policy=SINGLE_RUN,
@@ -64,7 +75,7 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
                 context.partition_keys,
                 whole_date=not incremental,
             )
-            uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+            uri = TableRef(RAW, source.name).uri(lake.warehouse_path)
             add_partition_row_counts(context, uri)
             return dg.MaterializeResult(
                 metadata={
@@ -95,7 +106,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     def spec(layer: str, table: str | None, description: str) -> dg.AssetSpec:
         return dg.AssetSpec(
             asset_key(layer, source.name, table),
-            deps=[asset_key(delta.RAW, source.name)],
+            deps=[asset_key(RAW, source.name)],
             group_name=source.name,
             partitions_def=daily_partitions(source),
             kinds={"spark", "delta"},
@@ -104,7 +115,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
 
     specs = [
         spec(
-            delta.CHANGELOG,
+            CHANGELOG,
             t.name,
             f"Change log of `{t.match}`: one canonical change record per row change (op, key, "
             "typed before/after images, sequence, event time, transaction id, raw coordinates), "
@@ -114,7 +125,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     ]
     specs += [
         spec(
-            delta.DDL,
+            DDL,
             t.name,
             f"DDL log of `{t.match}`: every schema-change statement the source sent for it "
             "(statement, sequence, event time, raw coordinates), partitioned like raw.",
@@ -123,7 +134,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     ]
     specs.append(
         spec(
-            delta.CONTROL,
+            CONTROL,
             None,
             f"Control log of `{source.name}`: heartbeats, transaction markers and Kafka "
             "tombstones (op, event time, transaction id, raw coordinates). Their event times "
@@ -132,7 +143,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     )
     specs.append(
         spec(
-            delta.QUARANTINE,
+            QUARANTINE,
             None,
             f"Messages of `{source.name}` that could not be parsed, keyed, typed or routed, "
             "with the reason, raw bytes and coordinates. Nothing is dropped unseen.",
@@ -168,7 +179,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 """An output's key and Delta table, whose partitions of the run get their row
                 counts (rows_by_op and the other counts below are the run's)."""
                 key = asset_key(layer, source.name, table)
-                uri = delta.table_uri(lake.warehouse_path, layer, source.name, table)
+                uri = TableRef(layer, source.name, table).uri(lake.warehouse_path)
                 with phase("metadata.delta"):
                     add_partition_row_counts(context, uri, key)
                 return key, uri
@@ -176,7 +187,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
             for table in tables:
                 written = result.tables.get(table.name)
                 ops = written.ops if written else {}
-                key, uri = counted(delta.CHANGELOG, table.name)
+                key, uri = counted(CHANGELOG, table.name)
                 yield dg.MaterializeResult(
                     asset_key=key,
                     metadata={
@@ -192,7 +203,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                     },
                 )
             for table in tables:
-                key, uri = counted(delta.DDL, table.name)
+                key, uri = counted(DDL, table.name)
                 yield dg.MaterializeResult(
                     asset_key=key,
                     metadata={
@@ -200,7 +211,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                         **delta_metadata(uri),
                     },
                 )
-            key, uri = counted(delta.CONTROL)
+            key, uri = counted(CONTROL)
             yield dg.MaterializeResult(
                 asset_key=key,
                 metadata={
@@ -209,7 +220,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                     **delta_metadata(uri),
                 },
             )
-            key, uri = counted(delta.QUARANTINE)
+            key, uri = counted(QUARANTINE)
             yield dg.MaterializeResult(
                 asset_key=key,
                 metadata={
@@ -245,8 +256,8 @@ class RebuildConfig(dg.Config):
 
 def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDefinition:
     @dg.asset(
-        key=asset_key(delta.CURRENT, source.name, table.name),
-        deps=[asset_key(delta.CHANGELOG, source.name, table.name)],
+        key=asset_key(CURRENT, source.name, table.name),
+        deps=[asset_key(CHANGELOG, source.name, table.name)],
         group_name=source.name,
         kinds={"spark", "delta"},
         automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
@@ -274,13 +285,13 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 full_refresh=config.full_refresh,
                 options=table,
             )
-            uri = delta.table_uri(lake.warehouse_path, delta.CURRENT, source.name, table.name)
+            uri = merged.uri
             with phase("metadata.preview"):
                 # The rows the merge wrote (all of a table built whole): not a sort of the table.
                 rows = current_rows(
                     session, lake.warehouse_path, source.name, table.name, merged.written
                 )
-                key = delta.state(uri).get("key", [])
+                key = state(uri).key or []
                 shown = {"preview": preview(rows, key)} if rows is not None else {}
             with phase("metadata.delta"):
                 fresh = freshness.current(lake.warehouse_path, source.name, table.name)
@@ -314,8 +325,8 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
     tracked = table.track_history_column_list or table.track_history_except_column_list
 
     @dg.asset(
-        key=asset_key(delta.HISTORY, source.name, table.name),
-        deps=[asset_key(delta.CHANGELOG, source.name, table.name)],
+        key=asset_key(HISTORY, source.name, table.name),
+        deps=[asset_key(CHANGELOG, source.name, table.name)],
         group_name=source.name,
         kinds={"spark", "delta"},
         automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
@@ -336,14 +347,13 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             built = update_history(
                 spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
             )
-            uri = delta.table_uri(lake.warehouse_path, delta.HISTORY, source.name, table.name)
             return dg.MaterializeResult(
                 metadata={
                     "dagster/row_count": built.rows,
                     "versions_written": built.versions_written,
                     "versions_removed": built.versions_removed,
                     "changelog_version": built.changelog_version,
-                    **delta_metadata(uri),
+                    **delta_metadata(built.uri),
                 }
             )
 
@@ -354,8 +364,8 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     """Everything one source contributes: assets, the job its sensor runs, the sensor, its
     automation sensor, and the freshness checks of its tables."""
     source = with_start_date(source, catalog)  # its partitions start where its data starts
-    tables = source.with_found(delta.changelog_tables(catalog.warehouse_path, source.name))
-    raw_key = asset_key(delta.RAW, source.name)
+    tables = source.with_found(changelog_tables(catalog.warehouse_path, source.name))
+    raw_key = asset_key(RAW, source.name)
     if source.transport == "kafka":
         raw = build_kafka_raw_asset(source, raw_key)
     else:
@@ -384,8 +394,7 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
         "change logs update outside its ingest job (a backfill, a manual run).",
     )
     checks = [
-        build_freshness_check(source, t, asset_key(delta.CURRENT, source.name, t.name))
-        for t in tables
+        build_freshness_check(source, t, asset_key(CURRENT, source.name, t.name)) for t in tables
     ]
     return dg.Definitions(
         assets=[raw, changelog, *currents],

@@ -10,13 +10,13 @@ import datetime as dt
 
 import dagster as dg
 
-from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata, profiled
 from cdc_platform.defs.partitions import daily_partitions, today
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, Tick, run_in_flight
 from cdc_platform.ingest import kafka
+from cdc_platform.lake import RAW, TableRef, version
 
 
 def ingests(partition_keys: list[str]) -> str | None:
@@ -47,7 +47,7 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
         with profiled(context):
-            uri = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
+            uri = TableRef(RAW, source.name).uri(lake.warehouse_path)
             date = ingests(context.partition_keys)
             if date is None:
                 context.log.info(
@@ -104,8 +104,8 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
         ),
     )
     def kafka_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
-        raw = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
-        tick = Tick.start(context.cursor, delta.version(raw))  # recreated: offsets start over
+        raw = TableRef(RAW, source.name).uri(lake.warehouse_path)
+        tick = Tick.start(context.cursor, version(raw))  # recreated: offsets start over
         waiting = kafka.pending(lake.warehouse_path, source)
         if not waiting:
             return tick.skip("raw has every record of the topics")

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from cdc_platform import lake as delta
 from cdc_platform.catalog import Catalog
 from cdc_platform.defs.automation import automation_sensor
+from cdc_platform.defs.keys import model_key
 from cdc_platform.defs.metadata import table_schema
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import MODELS
@@ -39,10 +39,6 @@ REBUILD_WHEN_INPUTS_UPDATE = (
 class ModelBuildConfig(dg.Config):
     full_refresh: bool = False
     """Rebuild an incremental model from all rows instead of merging the changed ones."""
-
-
-def model_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey([delta.MODELS, name])
 
 
 def _column_schema(model: Model, schema: object | None = None) -> dg.TableSchema:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from cdc_platform import lake as delta
 from cdc_platform.catalog import Catalog, SourceConfig
 from cdc_platform.ingest import landing
+from cdc_platform.lake import RAW, TableRef, partition_row_counts
 
 
 def today() -> dt.date:
@@ -33,8 +33,8 @@ def first_data_date(warehouse: Path, source: SourceConfig, landing_dir: Path | N
     of the ingest dates in its raw table (files that left the landing folder, a Kafka source);
     today when there is none, never later than today."""
     found = _dates(landing.partition_dates(landing_dir)) if landing_dir else []
-    raw = delta.table_uri(warehouse, delta.RAW, source.name)
-    found += _dates(list(delta.partition_row_counts(raw)))
+    raw = TableRef(RAW, source.name).uri(warehouse)
+    found += _dates(list(partition_row_counts(raw)))
     return min([*found, today()])
 
 

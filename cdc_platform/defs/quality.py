@@ -12,9 +12,9 @@ from pathlib import Path
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from cdc_platform import lake as delta
 from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
 from cdc_platform.defs.keys import asset_key
+from cdc_platform.lake import CHANGELOG, CURRENT, QUARANTINE
 from cdc_platform.quality import docs, links, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
 from cdc_platform.steps.current import MergeResult
@@ -55,17 +55,15 @@ def changelog_check_specs(
     for t in tables:
         severities = _severities(suites.CHANGELOG, source, t)
         specs += _specs(
-            suites.CHANGELOG, asset_key(delta.CHANGELOG, source.name, t.name), severities, True
+            suites.CHANGELOG, asset_key(CHANGELOG, source.name, t.name), severities, True
         )
     severities = _severities(suites.RECONCILIATION, source, None)
-    specs += _specs(
-        suites.RECONCILIATION, asset_key(delta.QUARANTINE, source.name), severities, False
-    )
+    specs += _specs(suites.RECONCILIATION, asset_key(QUARANTINE, source.name), severities, False)
     return specs
 
 
 def current_check_specs(source: SourceConfig, table: TableConfig) -> list[dg.AssetCheckSpec]:
-    key = asset_key(delta.CURRENT, source.name, table.name)
+    key = asset_key(CURRENT, source.name, table.name)
     return [
         spec
         for layer in (suites.CURRENT, suites.CURRENT_ROWS)
@@ -152,9 +150,9 @@ def changelog_check_results(
     runs: list[tuple[dg.AssetKey, SuiteRun | None, str]] = []
     for t in tables:
         run = validations.validate_changelog(spark, warehouse, source, t.name, dates, written)
-        runs.append((asset_key(delta.CHANGELOG, source.name, t.name), run, suites.CHANGELOG))
+        runs.append((asset_key(CHANGELOG, source.name, t.name), run, suites.CHANGELOG))
     run = validations.validate_reconciliation(spark, warehouse, source, dates, written)
-    runs.append((asset_key(delta.QUARANTINE, source.name), run, suites.RECONCILIATION))
+    runs.append((asset_key(QUARANTINE, source.name), run, suites.RECONCILIATION))
     batch = _partitions(context, written is not None)
     reports = _publish(context, [(k, r) for k, r, _ in runs if r], warehouse, batch)
     yield from _results(runs, reports, source, tables)
@@ -203,7 +201,7 @@ def current_check_results(
     runs = validations.validate_current(
         spark, warehouse, source, table.name, balance, merged.written, merged.merged_changes
     )
-    key = asset_key(delta.CURRENT, source.name, table.name)
+    key = asset_key(CURRENT, source.name, table.name)
     if not runs:
         return list(_results([(key, None, suites.CURRENT), (key, None, suites.CURRENT_ROWS)],
                              {}, source, [table]))  # fmt: skip

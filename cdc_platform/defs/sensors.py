@@ -2,7 +2,6 @@
 
 import dagster as dg
 
-from cdc_platform import lake as delta
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import (
@@ -12,6 +11,7 @@ from cdc_platform.defs.runs import (
     Tick,
     run_in_flight,
 )
+from cdc_platform.lake import RAW, TableRef, version
 from cdc_platform.steps.raw import pending_landing_files
 
 # Run tags of a run over several dates (what a backfill over a partition range sets).
@@ -61,8 +61,8 @@ def build_landing_sensor(
                 skip_reason=f"run {running.run_id[:8]} of {job_name} is queued or running",
                 cursor=SensorCursor.parse(context.cursor).dumps(),
             )
-        raw = delta.table_uri(lake.warehouse_path, delta.RAW, source.name)
-        tick = Tick.start(context.cursor, delta.version(raw))  # recreated: files pending again
+        raw = TableRef(RAW, source.name).uri(lake.warehouse_path)
+        tick = Tick.start(context.cursor, version(raw))  # recreated: files pending again
         pending = pending_landing_files(
             lake.warehouse_path, source.name, lake.landing_for(source.name)
         )

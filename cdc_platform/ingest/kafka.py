@@ -133,7 +133,7 @@ def pending(warehouse: Path, source: SourceConfig) -> dict[str, dict[int, list[i
     consumer = _consumer(source)
     try:
         partitions = _partitions(consumer, source)
-        uri = lake.table_uri(warehouse, lake.RAW, source.name)
+        uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
         stored = lake.kafka_stored_offsets(uri, partitions)
         # A batch that ended at a bound may have stopped inside the broker's newest record
         # batch, which such a watermark does not reveal: its partitions are asked again.
@@ -172,7 +172,7 @@ def reset_offsets(warehouse: Path, source: SourceConfig, to: str) -> dict[tuple[
         consumer.close()
     if not offsets:
         raise KafkaIngestError(f"source {source.name}: no topic-partitions to reset")
-    uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
     read_version, _ = lake.kafka_offsets(uri, RAW_SCHEMA, partitions)
     lake.append_kafka_batch(
         uri,
@@ -352,7 +352,7 @@ def ingest_kafka(
     if source.transport != "kafka" or kafka is None:
         raise KafkaIngestError(f"source {source.name} is not a transport: kafka source")
     date = date or dt.datetime.now(dt.UTC).date().isoformat()
-    uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
     batch = _Batch(max_records or kafka.max_records, max_bytes or kafka.max_bytes)
     consumer = _consumer(source)
     try:

@@ -12,7 +12,6 @@ the table's schema; a wider type (int -> bigint, more decimal digits) rewrites t
 it. Both leave the rows as they are, so a crash after them loses nothing.
 """
 
-import json
 import re
 from typing import Any
 
@@ -26,7 +25,14 @@ from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arro
 
 from cdc_platform.formats.column_specs import common_type
 from cdc_platform.lake import data_files
-from cdc_platform.lake.tables import PARTITION_COLUMN, STATE_KEY, add_actions, exists, read
+from cdc_platform.lake.tables import (
+    PARTITION_COLUMN,
+    STATE_KEY,
+    TableState,
+    add_actions,
+    exists,
+    read,
+)
 
 # Delta transaction identifier of every table a normalize step writes: its version is the raw
 # table version the output reflects, so an appending rerun after a crash skips what is done.
@@ -34,14 +40,14 @@ NORMALIZED_APP = "cdc.normalize"
 
 
 def properties(
-    state: dict[str, Any] | None = None,
+    state: TableState | None = None,
     metadata: dict[str, str] | None = None,
     txns: dict[str, int] | None = None,
 ) -> CommitProperties | None:
     """Commit properties: ``state`` as ``cdc.state``, other ``metadata``, transaction ids."""
     custom = dict(metadata or {})
     if state is not None:
-        custom[STATE_KEY] = json.dumps(state)
+        custom[STATE_KEY] = state.to_json()
     transactions = [Transaction(app, v) for app, v in sorted((txns or {}).items())]
     if not custom and not transactions:
         return None
@@ -80,7 +86,7 @@ def commit(
     return DeltaTable(uri).version()
 
 
-def record_state(uri: str, state: dict[str, Any]) -> int:
+def record_state(uri: str, state: TableState) -> int:
     """A commit of ``state`` alone (a step that changed no row still records what it read)."""
     return commit(uri, [], props=properties(state))
 
@@ -303,7 +309,7 @@ ROWS_PER_FILE = 500_000
 def replace(
     df: DataFrame,
     uri: str,
-    state: dict[str, Any],
+    state: TableState,
     key: list[str] | None = None,
     partition_by: list[str] | None = None,
     rows: int | None = None,

@@ -11,7 +11,6 @@ new snapshot: nothing it decided on stale rows is kept.
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -24,6 +23,7 @@ from cdc_platform.lake import data_files
 from cdc_platform.lake.tables import (
     FILE_COLUMN,
     PARTITION_COLUMN,
+    TableState,
     absolute_path,
     add_actions,
     exists,
@@ -141,7 +141,7 @@ def _rewrite(
     rows: DataFrame,
     rewritten: set[str],
     key: list[str],
-    state: dict[str, Any] | None,
+    state: TableState | None,
     rows_hint: int,
 ) -> int:
     """Write ``rows`` (sorted by key) and commit them with the removes of ``rewritten``."""
@@ -161,7 +161,7 @@ def upsert_newer(
     key: list[str],
     sequence: str,
     partial: str,
-    state: dict[str, Any] | Callable[[dict[str, int]], dict[str, Any]],
+    state: TableState | Callable[[dict[str, int]], TableState],
     flag: str | None = None,
     known: Candidates | None = None,
 ) -> dict[str, int]:
@@ -317,7 +317,7 @@ def replace_keys(
     rows: DataFrame,
     keys: DataFrame,
     key: list[str],
-    state: dict[str, Any] | None,
+    state: TableState | None,
 ) -> tuple[int, int]:
     """Replace every row whose ``key`` is one of ``keys`` (a frame of key columns; null-safe)
     by ``rows``, in one commit recording ``state``; a new table is created from ``rows``.
@@ -362,7 +362,7 @@ def delete_rows(
     spark: SparkSession,
     uri: str,
     condition: Column,
-    state: dict[str, Any] | None = None,
+    state: TableState | None = None,
     only_dates: list[str] | None = None,
 ) -> int:
     """Delete the rows matching ``condition`` by rewriting the files that hold one (only the

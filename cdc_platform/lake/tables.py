@@ -6,6 +6,7 @@ The asset key path ``[layer, source, table]`` is the table's path under the ware
 
 import json
 import os
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -35,13 +36,21 @@ STATE_KEY = "cdc.state"
 FILE_COLUMN = "__file"
 
 
-def key_path(layer: str, source: str, table: str | None = None) -> list[str]:
-    """The asset key path of a table, which is also its path under the warehouse."""
-    return [layer, source] if table is None else [layer, source, table]
+class TableRef(NamedTuple):
+    """A table's identity: its layer, its source and, in the per-table layers (change log,
+    current, history, DDL), its name. Its key path is both the Dagster asset key and the
+    table's folder under the warehouse."""
 
+    layer: str
+    source: str
+    table: str | None = None
 
-def table_uri(warehouse: Path, layer: str, source: str, table: str | None = None) -> str:
-    return str(Path(warehouse, *key_path(layer, source, table)))
+    @property
+    def key_path(self) -> list[str]:
+        return [self.layer, self.source] + ([] if self.table is None else [self.table])
+
+    def uri(self, warehouse: Path) -> str:
+        return str(Path(warehouse, *self.key_path))
 
 
 def tables_under(warehouse: Path, layer: str, source: str) -> list[str]:
@@ -58,8 +67,32 @@ def changelog_tables(warehouse: Path, source: str) -> dict[str, str]:
     found = {}
     for uri in tables_under(warehouse, CHANGELOG, source):
         name = Path(uri).name
-        found[name] = state(uri).get("qualified", name)
+        found[name] = state(uri).qualified or name
     return found
+
+
+@dataclass(frozen=True)
+class TableState:
+    """Our bookkeeping, recorded by the commit that changes a table (as ``cdc.state``); each
+    layer fills its own fields."""
+
+    key: list[str] | None = None  # change log, current, history: the primary key
+    qualified: str | None = None  # change log: the table's name in its messages
+    changelog_version: int | None = None  # current, history: the change-log version applied
+    truncated_before: str | None = None  # current: the newest applied truncate's sequence
+    rows: list[int] | None = None  # current: [live rows, tombstones]
+    truncates: str | None = None  # history: a fingerprint of the change log's truncates
+    model: str | None = None  # models: the model's name, its code version, its inputs' marks
+    code_version: str | None = None
+    inputs: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
+
+    @classmethod
+    def from_json(cls, text: str) -> "TableState":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(text).items() if k in names})
 
 
 class ChangelogFacts(NamedTuple):
@@ -72,9 +105,9 @@ class ChangelogFacts(NamedTuple):
 def changelog_facts(warehouse: Path, source: str) -> dict[str, ChangelogFacts]:
     """Key and image column types of ``source``'s change-log tables, by qualified name."""
     return {
-        st["qualified"]: ChangelogFacts(st["key"], image_types(uri))
+        st.qualified: ChangelogFacts(st.key, image_types(uri))
         for uri in tables_under(warehouse, CHANGELOG, source)
-        if "key" in (st := state(uri))
+        if (st := state(uri)).key is not None
     }
 
 
@@ -141,22 +174,22 @@ def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
     return DeltaTable(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
 
 
-def state(uri: str) -> dict[str, Any]:
-    """The newest ``cdc.state`` commit metadata of a table ({} if none).
+def state(uri: str) -> TableState:
+    """The newest ``cdc.state`` commit metadata of a table (empty if none).
 
     Read from the newest commits back, a few at a time: the state rides in nearly every commit,
     and a table gains commits all day (a run adds some), so reading its whole history would
     cost more with every run."""
     if not exists(uri):
-        return {}
+        return TableState()
     dt, limit = DeltaTable(uri), 4
     while True:
         commits = dt.history(limit)
         for commit in commits:
             if STATE_KEY in commit:
-                return json.loads(commit[STATE_KEY])
+                return TableState.from_json(commit[STATE_KEY])
         if len(commits) < limit:
-            return {}
+            return TableState()
         limit *= 16
 
 

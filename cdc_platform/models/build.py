@@ -42,11 +42,11 @@ class BuildResult:
 
 
 def model_uri(warehouse: Path, name: str) -> str:
-    return lake.table_uri(warehouse, lake.MODELS, name)
+    return lake.TableRef(lake.MODELS, name).uri(warehouse)
 
 
 def _lake_uri(warehouse: Path, relation: Relation) -> str:
-    return lake.table_uri(warehouse, relation.layer, relation.source or "", relation.table)
+    return lake.TableRef(relation.layer, relation.source or "", relation.table).uri(warehouse)
 
 
 def _exposed(relation: Relation, df: DataFrame) -> DataFrame:
@@ -142,13 +142,11 @@ def build_model(
     build_order(project)  # fails on a cycle
     model = project.models[name]
     uri = model_uri(warehouse, name)
-    state = {} if full_refresh else lake.state(uri)
-    merge = model.materialized == "incremental" and lake.exists(uri) and "inputs" in state
+    state = lake.TableState() if full_refresh else lake.state(uri)
+    merge = model.materialized == "incremental" and lake.exists(uri) and state.inputs is not None
     sql = render(project, model, incremental=merge)
     check_sql(spark, model, sql)
-    marks = (
-        state.get("inputs", {}) if merge else ({} if model.materialized == "incremental" else None)
-    )
+    marks = state.inputs if merge else ({} if model.materialized == "incremental" else None)
     new_marks = _register(spark, warehouse, project, model, marks)
     df = run_sql(spark, model, sql)
     if model.materialized == "view":
@@ -157,7 +155,7 @@ def build_model(
     missing = [c for c in [*model.unique_key, *model.partition_by] if c not in df.columns]
     if missing:
         raise ModelError(f"{model.path}: the query has no column {', '.join(missing)} (config)")
-    new_state = {"model": name, "code_version": model.code_version, "inputs": new_marks}
+    new_state = lake.TableState(model=name, code_version=model.code_version, inputs=new_marks)
     result = BuildResult(name, model.materialized, 0, None, uri)
     result.input_rows = {k: v["changed_rows"] for k, v in new_marks.items()}
     if merge:

@@ -62,7 +62,7 @@ class Relation:
         """The asset key path, which is also the Delta path under the warehouse."""
         if self.is_model:
             return [lake.MODELS, self.table]
-        return lake.key_path(self.layer, self.source or "", self.table)
+        return lake.TableRef(self.layer, self.source or "", self.table).key_path
 
     def view(self, changed_only: bool = False) -> str:
         """The Spark temp view compiled SQL reads it from; ``changed_only``: the rows changed

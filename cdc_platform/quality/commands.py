@@ -35,7 +35,7 @@ def quality_report(
 
     def add(run: SuiteRun | None, layer: str, source: str, table: str | None = None) -> None:
         if run is not None:  # the page names the asset whose checks in Dagster run the suite
-            asset = "/".join(lake.key_path(layer, source, table))
+            asset = "/".join(lake.TableRef(layer, source, table).key_path)
             runs.append((run, docs.Subject(asset=asset, batch=run.batch)))
 
     for source in warehouse_sources(warehouse, sources_file):

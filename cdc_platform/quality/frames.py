@@ -46,11 +46,11 @@ def changelog_frame(
     as ``key__<col>``, sequence, event_time, source_format, ``before_expected`` (the format always
     carries an update's before image), raw coordinates. Returns (frame, key column names).
     ``written``: just the rows a run wrote (see ``_read``)."""
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    uri = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
     df = _read(spark, uri, dates, written)
     if df is None:
         return None
-    key = lake.state(uri).get("key") or [f.name for f in df.schema["key"].dataType.fields]
+    key = lake.state(uri).key or [f.name for f in df.schema["key"].dataType.fields]
     keys = [F.col("key")[k].alias(KEY_PREFIX + k) for k in key]
     frame = df.select(
         "op",
@@ -83,9 +83,9 @@ def _outputs(
     """(outcome, frame of coordinate keys) for every table a raw message can end up in."""
     layers = [
         ("change", lake.tables_under(warehouse, lake.CHANGELOG, source)),
-        ("control", [lake.table_uri(warehouse, lake.CONTROL, source)]),
+        ("control", [lake.TableRef(lake.CONTROL, source).uri(warehouse)]),
         ("ddl", lake.tables_under(warehouse, lake.DDL, source)),
-        ("quarantine", [lake.table_uri(warehouse, lake.QUARANTINE, source)]),
+        ("quarantine", [lake.TableRef(lake.QUARANTINE, source).uri(warehouse)]),
     ]
     for outcome, uris in layers:
         for uri in uris:
@@ -108,7 +108,7 @@ def reconciliation_frame(
     or DataHub update pair yields one change record (the after half's coordinates) and one
     control record (the consumed before half's). ``written``: just the raw messages a run read
     and the outputs it wrote (see ``_read``)."""
-    raw = _read(spark, lake.table_uri(warehouse, lake.RAW, source), dates, written)
+    raw = _read(spark, lake.TableRef(lake.RAW, source).uri(warehouse), dates, written)
     if raw is None:
         return None
     found = [
@@ -153,14 +153,14 @@ def current_frame(
     where a merge could have left a key twice; with ``changes`` (the change-log files the merge
     read), just the rows of their keys among those. The check costs what the merge changed, not
     the table (a rewritten file is read, not validated row by row)."""
-    uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    uri = lake.TableRef(lake.CURRENT, source, table).uri(warehouse)
     df = lake.read(spark, uri)
     if df is None:
         return None
     if written is not None:
         df = lake.read(spark, uri, only_files=lake.files_sharing_keys(uri, written, key[0]))
         if changes is not None:
-            log = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+            log = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
             changed = lake.read(spark, log, only_files=changes).where(F.col("key").isNotNull())
             keys = changed.select(*[F.col("key")[k].alias(k) for k in key]).distinct()
             # Rows with a null key part stay too: they are what pk_not_null looks for.

@@ -107,7 +107,7 @@ def validate_current(
     suite then looks at the rows of the keys it changed (``frames.current_frame``), not the
     whole table."""
     quality = quality_of(source, source.table_config(table))
-    key = lake.state(lake.table_uri(warehouse, lake.CHANGELOG, source.name, table)).get("key")
+    key = lake.state(lake.TableRef(lake.CHANGELOG, source.name, table).uri(warehouse)).key
     frame = (
         frames.current_frame(spark, warehouse, source.name, table, key, written, changes)
         if key

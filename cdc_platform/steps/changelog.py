@@ -6,7 +6,6 @@ done) or replaces the ``ingest_date`` partitions of the run's dates (``normalize
 backfills of any source)."""
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -85,7 +84,7 @@ def normalize_source(
     the control log and the quarantine (files sources; backfills of any source). For a Kafka
     source the raw batches not normalized yet are appended first, so afterwards every output
     reflects the same raw version and the next incremental run starts from there."""
-    raw_uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    raw_uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
     version = lake.version(raw_uri)
     if version is None:
         return NormalizeResult()
@@ -109,12 +108,14 @@ def normalize_new(
     append_normalized``) and the quarantine is written last. A run that died between outputs
     left some at a newer version than the quarantine: that same range is finished first (the
     outputs that have it skip it), then the rest."""
-    raw_uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    raw_uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
     upto = lake.version(raw_uri) if upto is None else upto
     result = NormalizeResult()
     if upto is None:
         return result
-    finished = lake.normalized_raw_version(lake.table_uri(warehouse, lake.QUARANTINE, source.name))
+    finished = lake.normalized_raw_version(
+        lake.TableRef(lake.QUARANTINE, source.name).uri(warehouse)
+    )
     outputs = _normalize_outputs(warehouse, source)
     first = finished
     started = max(
@@ -172,7 +173,7 @@ def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
         *[
             uri
             for layer in (lake.CONTROL, lake.QUARANTINE)
-            if lake.exists(uri := lake.table_uri(warehouse, layer, source.name))
+            if lake.exists(uri := lake.TableRef(layer, source.name).uri(warehouse))
         ],
     ]
 
@@ -207,8 +208,8 @@ def _normalize(
         result.control = normalized.kinds.get(C.KIND_CONTROL, 0)
         result.ddl = normalized.kinds.get(C.KIND_DDL, 0)
         for plan, data in normalized.tables:
-            uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
-            state = json.dumps({"key": plan.key, "qualified": plan.qualified})
+            uri = lake.TableRef(lake.CHANGELOG, source.name, plan.name).uri(warehouse)
+            state = lake.TableState(key=plan.key, qualified=plan.qualified).to_json()
             with phase("write.changelog"):
                 version = write(uri, data, {lake.STATE_KEY: state})
             with phase("normalize.changelog_stats"):
@@ -235,8 +236,8 @@ def _normalize(
                     version = write(uri, lake.read(spark, uri, only_files=[]))
                     result.tables[name] = TableChanges(
                         name=name,
-                        qualified=st.get("qualified", name),
-                        key=st["key"],
+                        qualified=st.qualified or name,
+                        key=st.key,
                         ops={},
                         version=version,
                     )
@@ -247,14 +248,14 @@ def _normalize(
                 )
         control = normalized.control()
         with phase("write.control"):
-            uri = lake.table_uri(warehouse, lake.CONTROL, source.name)
+            uri = lake.TableRef(lake.CONTROL, source.name).uri(warehouse)
             write(uri, control, empty=not result.control)
             if result.control:
                 result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
         # Last: its recorded raw version is where the next incremental run starts.
         with phase("write.quarantine"):
             reasons = normalized.quarantine.groupBy("reason").count().collect()
-            uri = lake.table_uri(warehouse, lake.QUARANTINE, source.name)
+            uri = lake.TableRef(lake.QUARANTINE, source.name).uri(warehouse)
             write(uri, normalized.quarantine, empty=not reasons)
         result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}
         result.quarantined = sum(result.quarantine_reasons.values())
@@ -301,6 +302,6 @@ def _write_ddl_log(
         if None in names:
             mine = mine | F.col("qualified_table").isNull()
         rows = ddl.where(mine if names else F.lit(False)).drop("qualified_table")
-        write(lake.table_uri(warehouse, lake.DDL, source.name, name), rows)
+        write(lake.TableRef(lake.DDL, source.name, name).uri(warehouse), rows)
         counts.setdefault(name, 0)
     return counts

@@ -4,7 +4,7 @@ A merge after a replaced partition rebuilds the keys whose change records went a
 backfills leave the same tables as a rebuild."""
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from cdc_platform.timings import phase
 
 @dataclass(kw_only=True)
 class MergeResult:
+    uri: str  # the current table's
     inserted: int = 0
     updated: int = 0
     rows: int = 0
@@ -42,8 +43,6 @@ class MergeResult:
     merged_changes: list[str] | None = None
 
 
-# The current table's state holds its [live rows, tombstones].
-ROWS_KEY = "rows"
 # A key nothing is left of: a tombstone-like row (non-null flags, as the table has them) that
 # the MERGE deletes.
 _GONE = {C.DELETED_COL: True, C.PARTIAL_NEWEST_COL: False}
@@ -114,17 +113,18 @@ def merge_current(
 
     ``options``: the table's configuration (ignore_null_updates, tombstone retention)."""
     options = options or TableConfig(name=table)
-    cl_uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
-    cur_uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    cl_uri = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
+    cur_uri = lake.TableRef(lake.CURRENT, source, table).uri(warehouse)
     cl_version = lake.version(cl_uri)
     if cl_version is None:
-        return MergeResult(version=lake.version(cur_uri), changelog_version=None)
-    key = lake.state(cl_uri)["key"]
-    state = {} if full_refresh else lake.state(cur_uri)
-    applied = state.get("changelog_version")
+        return MergeResult(uri=cur_uri, version=lake.version(cur_uri), changelog_version=None)
+    key = lake.state(cl_uri).key
+    state = lake.TableState() if full_refresh else lake.state(cur_uri)
+    applied = state.changelog_version
     if applied == cl_version and lake.exists(cur_uri):
         live, deleted = _counts(spark, cur_uri, state)
         return MergeResult(
+            uri=cur_uri,
             rows=live,
             deleted_rows=deleted,
             version=lake.version(cur_uri),
@@ -144,12 +144,14 @@ def merge_current(
     ):
         # What was applied can no longer be told apart (vacuumed versions), or a reprocessed
         # partition took a truncate away: only a rebuild from the whole change log is exact.
-        full_refresh, state, applied, removed = True, {}, None, None
+        full_refresh, state, applied, removed = True, lake.TableState(), None, None
         batch = lake.read(spark, cl_uri)
     with phase("merge.truncates"):
         truncate = apply.latest_truncate(batch)
-    truncated_before = max(filter(None, [state.get("truncated_before"), truncate]), default=None)
-    new_state = {"changelog_version": cl_version, "truncated_before": truncated_before, "key": key}
+    truncated_before = max(filter(None, [state.truncated_before, truncate]), default=None)
+    new_state = lake.TableState(
+        key=key, changelog_version=cl_version, truncated_before=truncated_before
+    )
     merging = lake.exists(cur_uri) and not full_refresh
     with phase("merge.live_before"):
         live, deleted = _counts(spark, cur_uri, state) if merging else (0, 0)
@@ -170,7 +172,7 @@ def merge_current(
             spark,
             cur_uri,
             gone,
-            {**state, "truncated_before": truncated_before, ROWS_KEY: [live, deleted]},
+            replace(state, truncated_before=truncated_before, rows=[live, deleted]),
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
     if merging:
@@ -192,15 +194,13 @@ def merge_current(
             r = rows.agg(F.count("*"), F.count_if(F.col(C.DELETED_COL))).first()
             n, deleted = int(r[0]), int(r[1])
             live = n - deleted
-            lake.replace(rows, cur_uri, {**new_state, ROWS_KEY: [live, deleted]}, key=key, rows=n)
+            lake.replace(rows, cur_uri, replace(new_state, rows=[live, deleted]), key=key, rows=n)
             metrics = {"num_target_rows_inserted": n, "num_target_rows_updated": 0}
         else:
 
-            def counted(m: dict[str, int]) -> dict:
-                return {
-                    **new_state,
-                    ROWS_KEY: [live + m["unflagged_added"], deleted + m["flagged_added"]],
-                }
+            def counted(m: dict[str, int]) -> lake.TableState:
+                rows = [live + m["unflagged_added"], deleted + m["flagged_added"]]
+                return replace(new_state, rows=rows)
 
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
@@ -219,7 +219,7 @@ def merge_current(
         old = F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff))
         expired = lake.read(spark, cur_uri).where(old).count()
         purged = lake.delete_rows(
-            spark, cur_uri, old, {**new_state, ROWS_KEY: [live, deleted - expired]}
+            spark, cur_uri, old, replace(new_state, rows=[live, deleted - expired])
         )
         deleted -= purged
     version = lake.version(cur_uri)
@@ -227,6 +227,7 @@ def merge_current(
         None if version_before is None else lake.files_between(cur_uri, version_before, version)
     )
     return MergeResult(
+        uri=cur_uri,
         inserted=int(metrics.get("num_target_rows_inserted", 0)),
         updated=int(metrics.get("num_target_rows_updated", 0)),
         rows=live,
@@ -294,12 +295,12 @@ def _live_effect(
     return int(row["made_live"]), int(row["made_dead"])
 
 
-def _counts(spark: SparkSession, cur_uri: str, state: dict) -> tuple[int, int]:
+def _counts(spark: SparkSession, cur_uri: str, state: lake.TableState) -> tuple[int, int]:
     """(live rows, tombstones) of the current table: kept in its state by every commit that
     changes them (from the files it writes and removes), so a merge never counts the whole
     table; counted once for a table whose state does not have them yet."""
-    if ROWS_KEY in state:
-        live, deleted = state[ROWS_KEY]
+    if state.rows is not None:
+        live, deleted = state.rows
         return int(live), int(deleted)
     df = lake.read(spark, cur_uri)
     if df is None:
@@ -317,7 +318,7 @@ def current_rows(
 ) -> DataFrame | None:
     """The exposed current state: live rows only, without the ``__`` bookkeeping columns
     (``only_files``: of just those data files)."""
-    uri = lake.table_uri(warehouse, lake.CURRENT, source, table)
+    uri = lake.TableRef(lake.CURRENT, source, table).uri(warehouse)
     df = lake.read(spark, uri, only_files=only_files)
     if df is None:
         return None

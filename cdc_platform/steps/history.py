@@ -17,6 +17,7 @@ from cdc_platform.spark.session import PERSIST_LEVEL
 
 @dataclass
 class HistoryResult:
+    uri: str  # the history table's
     versions_written: int  # history rows inserted or changed
     versions_removed: int  # history rows deleted (a recomputed key no longer has them)
     rows: int  # rows in the history table
@@ -40,24 +41,24 @@ def update_history(
     or with ``full_refresh``, every key is recomputed.
     """
 
-    cl_uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table.name)
-    h_uri = lake.table_uri(warehouse, lake.HISTORY, source, table.name)
+    cl_uri = lake.TableRef(lake.CHANGELOG, source, table.name).uri(warehouse)
+    h_uri = lake.TableRef(lake.HISTORY, source, table.name).uri(warehouse)
     cl_version = lake.version(cl_uri)
     if cl_version is None:
-        return HistoryResult(0, 0, lake.row_count(h_uri), lake.version(h_uri), None)
-    key = lake.state(cl_uri)["key"]
-    state = {} if full_refresh else lake.state(h_uri)
-    applied = state.get("changelog_version")
+        return HistoryResult(h_uri, 0, 0, lake.row_count(h_uri), lake.version(h_uri), None)
+    key = lake.state(cl_uri).key
+    state = lake.TableState() if full_refresh else lake.state(h_uri)
+    applied = state.changelog_version
     if applied == cl_version:
-        return HistoryResult(0, 0, lake.row_count(h_uri), lake.version(h_uri), cl_version)
+        return HistoryResult(h_uri, 0, 0, lake.row_count(h_uri), lake.version(h_uri), cl_version)
     changelog = lake.read(spark, cl_uri)
     truncates = history.truncates_of(changelog)
     fingerprint = hashlib.sha256(json.dumps(truncates).encode()).hexdigest()[:16]
-    new_state = {"changelog_version": cl_version, "key": key, "truncates": fingerprint}
+    new_state = lake.TableState(key=key, changelog_version=cl_version, truncates=fingerprint)
     columns = [f.name for f in changelog.schema["after"].dataType.fields]
     tracked = table.tracked_columns([c for c in columns if c not in key])
     changed = None
-    if applied is not None and state.get("truncates") == fingerprint:
+    if applied is not None and state.truncates == fingerprint:
         changed = lake.files_changed_since(cl_uri, applied)
     if changed is None:  # first run, full refresh, truncates changed, or old files vacuumed
         rows = history.history_rows(
@@ -69,7 +70,7 @@ def update_history(
             lake.replace(rows, h_uri, new_state)
         finally:
             rows.unpersist()
-        return HistoryResult(written, removed, written, lake.version(h_uri), cl_version)
+        return HistoryResult(h_uri, written, removed, written, lake.version(h_uri), cl_version)
     affected = history.touched_keys(lake.read(spark, cl_uri, only_files=changed), key)
     new = history.history_rows(
         changelog, key, tracked, table.ignore_null_updates, affected, truncates
@@ -109,4 +110,6 @@ def update_history(
     finally:
         new.unpersist()
         old.unpersist()
-    return HistoryResult(written, removed, lake.row_count(h_uri), lake.version(h_uri), cl_version)
+    return HistoryResult(
+        h_uri, written, removed, lake.row_count(h_uri), lake.version(h_uri), cl_version
+    )

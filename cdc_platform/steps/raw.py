@@ -48,7 +48,7 @@ def _pending(
 
 def pending_landing_files(warehouse: Path, source: str, landing_dir: Path) -> dict[str, list[str]]:
     """Per landing date, the files raw does not hold as they are now (new, grown, rewritten)."""
-    uri = lake.table_uri(warehouse, lake.RAW, source)
+    uri = lake.TableRef(lake.RAW, source).uri(warehouse)
     pending = {}
     for date in landing.partition_dates(landing_dir):
         found = _pending(_listing(landing_dir, date), landing_files.manifest(uri, date))
@@ -78,7 +78,7 @@ def ingest_landing(
 ) -> IngestResult:
     """The landing files of ``dates`` -> raw: the pending ones (``whole_date``: every file, the
     date's raw replaced)."""
-    uri = lake.table_uri(warehouse, lake.RAW, source)
+    uri = lake.TableRef(lake.RAW, source).uri(warehouse)
     result = IngestResult()
     for date in dates:
         listing = _listing(landing_dir, date)
@@ -106,4 +106,4 @@ def ingest_files(
         except OSError as e:
             raise landing.LandingError(f"cannot read landing file {path}: {e.strerror}") from None
         listed.append((path, LandingFile(name, st.st_size, st.st_mtime_ns)))
-    return _write(lake.table_uri(warehouse, lake.RAW, source), source, date, listed, whole_date)
+    return _write(lake.TableRef(lake.RAW, source).uri(warehouse), source, date, listed, whole_date)

@@ -14,7 +14,6 @@ quarantined because its partner was missing is redriven alone, so it stays unpai
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,7 +36,7 @@ class RedriveResult:
 
 
 def _replace_by_sequence(
-    spark: SparkSession, uri: str, data: DataFrame, state: dict[str, Any] | None
+    spark: SparkSession, uri: str, data: DataFrame, state: lake.TableState | None
 ) -> None:
     """Write ``data`` into a partitioned table, replacing rows with the same sequences."""
     if not lake.exists(uri):
@@ -58,8 +57,8 @@ def redrive(
     ``reason``, if given); with ``merge``, merge the tables that received changes into current
     (and history)."""
     result = RedriveResult()
-    q_uri = lake.table_uri(warehouse, lake.QUARANTINE, source.name)
-    raw_uri = lake.table_uri(warehouse, lake.RAW, source.name)
+    q_uri = lake.TableRef(lake.QUARANTINE, source.name).uri(warehouse)
+    raw_uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
     quarantine = lake.read(spark, q_uri)
     raw = lake.read(spark, raw_uri)
     if quarantine is None or raw is None:
@@ -111,14 +110,18 @@ def _write_outputs(
     """The redriven messages' change, DDL and control records, written by sequence (their
     quarantine rows are what still fails)."""
     for plan, data in normalized.tables:
-        uri = lake.table_uri(warehouse, lake.CHANGELOG, source.name, plan.name)
-        _replace_by_sequence(spark, uri, data, {"key": plan.key, "qualified": plan.qualified})
+        uri = lake.TableRef(lake.CHANGELOG, source.name, plan.name).uri(warehouse)
+        _replace_by_sequence(
+            spark, uri, data, lake.TableState(key=plan.key, qualified=plan.qualified)
+        )
         if n := data.count():
             result.changes[plan.name] = n
     ddl = normalized.ddl()
     for r in ddl.select("qualified_table").distinct().collect():  # one row per table
         rows = ddl.where(F.col("qualified_table").eqNullSafe(r[0])).drop("qualified_table")
-        uri = lake.table_uri(warehouse, lake.DDL, source.name, routed_name(r[0], source))
+        uri = lake.TableRef(lake.DDL, source.name, routed_name(r[0], source)).uri(warehouse)
         _replace_by_sequence(spark, uri, rows, None)
     control = normalized.control()
-    _replace_by_sequence(spark, lake.table_uri(warehouse, lake.CONTROL, source.name), control, None)
+    _replace_by_sequence(
+        spark, lake.TableRef(lake.CONTROL, source.name).uri(warehouse), control, None
+    )

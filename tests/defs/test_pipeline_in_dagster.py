@@ -52,7 +52,9 @@ def test_materializing_the_chain_builds_current_tables(spark, catalog):
     assert meta["current/shop/customers"]["dagster/row_count"].value == 9
     assert meta["current/shop/customers"]["tombstones"].value == 1
     assert meta["current/shop/orders"]["dagster/row_count"].value == 20
-    orders = delta.read(spark, delta.table_uri(catalog.warehouse_path, "current", "shop", "orders"))
+    orders = delta.read(
+        spark, delta.TableRef("current", "shop", "orders").uri(catalog.warehouse_path)
+    )
     types = dict(orders.dtypes)
     assert types["amount"] == "decimal(10,2)" and types["order_date"] == "date"
 
@@ -88,7 +90,9 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
 
     current = [a for a in assets if a.partitions_def is None]
     assert dg.materialize(current, resources=resources).success
-    rows = delta.read(spark, delta.table_uri(catalog.warehouse_path, "current", "lindorm", "users"))
+    rows = delta.read(
+        spark, delta.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
+    )
     users = sorted(r["ROW"] for r in rows.toArrow().to_pylist())
     assert users == sorted(f"user{i}" for i in range(1, 16))
 
@@ -146,7 +150,7 @@ def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog
 
     def users() -> list[str]:
         rows = delta.read(
-            spark, delta.table_uri(catalog.warehouse_path, "current", "lindorm", "users")
+            spark, delta.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
         )
         return sorted(r["ROW"] for r in rows.toArrow().to_pylist())
 

@@ -133,7 +133,7 @@ def _current(spark, warehouse: Path, table: str, entry: dict) -> list[dict]:
 
 
 def _changelog_coordinates(warehouse: Path, table: str) -> list[tuple]:
-    changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "k", table))
+    changes = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "k", table).uri(warehouse))
     return sorted(zip(changes["partition"].to_pylist(), changes["offset"].to_pylist(), strict=True))
 
 
@@ -182,7 +182,7 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
         location.run(first[0])
         # 6 of 10 records per run: the sensor asks again, from offset 6, until raw has them all
         # (a batch cut short by its bound is asked for again even below the watermark).
-        version = lake.version(lake.table_uri(warehouse, lake.RAW, "k"))
+        version = lake.version(lake.TableRef(lake.RAW, "k").uri(warehouse))
         (second,) = location.tick()
         assert second.run_key == f"{topic}[0]:6-{max(high, 6)}|raw={version}|gen=0"
         result = location.run(second)
@@ -190,7 +190,7 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
         # An incremental run reports the partition's rows, not its batch's.
         raw_meta = location.metadata(result, "raw/k")
         assert (raw_meta["ingested_records"], raw_meta["dagster/partition_row_count"]) == (4, 10)
-        changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "k", table))
+        changes = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "k", table).uri(warehouse))
         changelog_meta = location.metadata(result, f"changelog/k/{table}")
         assert sum(changelog_meta["rows_by_op"].values()) < changes.num_rows
         assert changelog_meta["dagster/partition_row_count"] == changes.num_rows
@@ -202,7 +202,7 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
 
         assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
         # Every record once in raw and once (at most) in the change log.
-        raw = lake.read_arrow(lake.table_uri(warehouse, lake.RAW, "k"))
+        raw = lake.read_arrow(lake.TableRef(lake.RAW, "k").uri(warehouse))
         assert sorted(raw["offset"].to_pylist()) == list(range(len(lines)))
         coordinates = _changelog_coordinates(warehouse, table)
         assert len(coordinates) == len(set(coordinates))
@@ -232,7 +232,7 @@ def test_a_reset_or_a_recreated_raw_gets_a_new_run_key(kafka_bootstrap, tmp_path
     topic = _topic(kafka_bootstrap, "keys")
     catalog, _ = _catalog(tmp_path, kafka_bootstrap, topic, expected[CORPUS_FILE])
     warehouse, source = catalog.warehouse_path, catalog.source("k")
-    raw_uri = lake.table_uri(warehouse, lake.RAW, "k")
+    raw_uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
     _produce(kafka_bootstrap, topic, [{"value": v} for v in _lines()])
     everything = {topic: {0: [0, _high_watermark(kafka_bootstrap, topic)]}}
 
@@ -285,7 +285,7 @@ def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected
         fresh = freshness.current(catalog.warehouse_path, "k", table)
         assert fresh.lag_seconds < 120
         assert _freshness_evaluation(location).passed
-        control = lake.read_arrow(lake.table_uri(catalog.warehouse_path, lake.CONTROL, "k"))
+        control = lake.read_arrow(lake.TableRef(lake.CONTROL, "k").uri(catalog.warehouse_path))
         assert pc.max(control["event_time"]).as_py().timestamp() * 1000 == pytest.approx(
             now_ms, abs=1
         )
@@ -342,7 +342,7 @@ def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
     assert proc.returncode == 17, proc.stderr[-2000:]
     written = _changelog_coordinates(warehouse, table)
     assert len(written) > 0
-    assert not lake.exists(lake.table_uri(warehouse, lake.QUARANTINE, "k"))
+    assert not lake.exists(lake.TableRef(lake.QUARANTINE, "k").uri(warehouse))
 
     # More records arrive before the rerun; the rerun finishes the crashed batch, then the rest.
     _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[10:]])

@@ -76,7 +76,7 @@ def _source(bootstrap: str, topics: list[str] | None = None, **settings) -> Sour
 
 
 def _raw(warehouse: Path) -> list[dict]:
-    table = lake.read_arrow(lake.table_uri(warehouse, lake.RAW, "k"))
+    table = lake.read_arrow(lake.TableRef(lake.RAW, "k").uri(warehouse))
     assert table is not None and table.schema.equals(RAW_SCHEMA)
     return sorted(table.to_pylist(), key=lambda r: (r["topic"], r["partition"], r["offset"]))
 
@@ -140,7 +140,7 @@ def test_bounded_runs_store_every_record_exactly_once(kafka_bootstrap, warehouse
 
     # Each batch's commit metadata names the offsets it stored; together they tile each
     # partition from 0 with neither gap nor overlap.
-    batches = lake.kafka_batches(lake.table_uri(warehouse, lake.RAW, "k"))
+    batches = lake.kafka_batches(lake.TableRef(lake.RAW, "k").uri(warehouse))
     assert [b["version"] for b in batches] == [r.version for r in reversed(results)]
     for p in range(3):
         ranges = [
@@ -159,9 +159,9 @@ def test_bounded_runs_store_every_record_exactly_once(kafka_bootstrap, warehouse
     assert _group_offsets(kafka_bootstrap, source, list(ends)) == ends
 
     # Nothing new: no commit. New records: one batch with just those.
-    version = lake.version(lake.table_uri(warehouse, lake.RAW, "k"))
+    version = lake.version(lake.TableRef(lake.RAW, "k").uri(warehouse))
     assert kafka.ingest_kafka(warehouse, source, date=DATE).version is None
-    assert lake.version(lake.table_uri(warehouse, lake.RAW, "k")) == version
+    assert lake.version(lake.TableRef(lake.RAW, "k").uri(warehouse)) == version
     more = _produce(kafka_bootstrap, topic, _generated(7, 3))
     assert [r.records for r in _run_until_empty(warehouse, source)] == [7]
     assert len(set(_coordinates(_raw(warehouse)))) == len(_raw(warehouse)) == 207
@@ -262,7 +262,7 @@ def test_a_crash_before_or_after_the_delta_commit_loses_and_duplicates_nothing(
     topic = _topic(kafka_bootstrap, "crash", partitions=2)
     produced = _produce(kafka_bootstrap, topic, _generated(30, 2))
     source = _source(kafka_bootstrap, [topic])
-    uri = lake.table_uri(warehouse, lake.RAW, "k")
+    uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
 
     _crash(kafka_bootstrap, topic, warehouse, "after")
     assert len(_raw(warehouse)) == 12  # the batch is committed ...
@@ -285,7 +285,7 @@ def test_a_run_that_lost_the_race_commits_nothing(kafka_bootstrap, warehouse):
     topic = _topic(kafka_bootstrap, "race")
     _produce(kafka_bootstrap, topic, _generated(10, 1))
     source = _source(kafka_bootstrap, [topic])
-    uri = lake.table_uri(warehouse, lake.RAW, "k")
+    uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
     read_version, _ = lake.kafka_offsets(uri, RAW_SCHEMA, [(topic, 0)])
     assert kafka.ingest_kafka(warehouse, source, date=DATE).records == 10
     # A second run that read the offsets before the first committed, committing the same batch:
@@ -371,7 +371,7 @@ def test_corpus_and_seed_topics_through_normalize_and_merge(
 
     assert result.tables[db2].key == ["ID"]  # from the Kafka key's bytes
     assert result.tables[db2].ops == {"c": 1, "u": 1, "d": 1}
-    changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "k", db2))
+    changes = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "k", db2).uri(warehouse))
     coordinates = changes.select(["topic", "offset"]).to_pylist()
     assert sorted(coordinates, key=lambda c: c["offset"]) == [
         {"topic": db2_topic, "offset": o} for o in range(3)

@@ -112,7 +112,7 @@ def test_an_incremental_model_merges_only_the_rows_changed_since_its_last_build(
     warehouse = Path(shutil.copytree(second_batch, tmp_path / "w"))
     project = load_project(MODELS, catalog_tables(catalog, warehouse))
     state = delta.state(model_uri(warehouse, "order_facts"))
-    assert state["inputs"]["current/shop/orders"]["sequence"] is not None
+    assert state.inputs["current/shop/orders"]["sequence"] is not None
 
     second = build_model(spark, warehouse, project, "order_facts")
     assert second.merged and second.rows == 40
@@ -140,13 +140,13 @@ def test_an_incremental_build_falls_back_to_the_sequence_when_its_version_is_gon
     project = load_project(MODELS, catalog_tables(catalog, warehouse))
     uri = model_uri(warehouse, "order_facts")
     state = delta.state(uri)
-    state["inputs"]["current/shop/orders"]["version"] = 999  # a version that does not exist
+    state.inputs["current/shop/orders"]["version"] = 999  # a version that does not exist
     delta.replace(delta.read(spark, uri), uri, state, partition_by=["order_date"])
     again = build_model(spark, warehouse, project, "order_facts")
     # The demo's second batch restarts the binlog positions, so most of its orders sort before
     # the mark: exactly the late data the version mark catches and this fallback cannot.
-    mark = state["inputs"]["current/shop/orders"]["sequence"]
-    current = delta.read_arrow(delta.table_uri(warehouse, "current", "shop", "orders"))
+    mark = state.inputs["current/shop/orders"]["sequence"]
+    current = delta.read_arrow(delta.TableRef("current", "shop", "orders").uri(warehouse))
     newer = [r for r in current.to_pylist() if r["__sequence"] > mark and not r["__deleted"]]
     assert again.merged and again.input_rows == {"current/shop/orders": len(newer)}
     assert again.rows == 20 + len(newer)

@@ -41,7 +41,7 @@ def change(op: str, id_: int | None, line: int, **over) -> dict:
 
 
 def write_changelog(spark, warehouse: Path, source: str, table: str, rows: list[dict]) -> str:
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, source, table)
+    uri = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
     state = {lake.STATE_KEY: json.dumps({"key": ["id"], "qualified": "app.t"})}
     data = spark.createDataFrame(pa.Table.from_pylist(rows, CHANGELOG))
     lake.overwrite_partitions(data, uri, [DATE], state)
@@ -69,5 +69,5 @@ def coordinates(lines: list[int], **extra: list) -> pa.Table:
 def write(
     spark, warehouse: Path, layer: str, source: str, table: str | None, data: pa.Table
 ) -> None:
-    uri = lake.table_uri(warehouse, layer, source, table)
+    uri = lake.TableRef(layer, source, table).uri(warehouse)
     lake.overwrite_partitions(spark.createDataFrame(data), uri, [DATE])

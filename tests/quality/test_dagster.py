@@ -10,7 +10,8 @@ import pytest
 
 from cdc_platform.catalog import QualityConfig, load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
-from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs, model_key
+from cdc_platform.defs.keys import model_key
+from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.demo import write_demo_traffic
 from cdc_platform.quality import suites

@@ -83,10 +83,10 @@ def _check_in(spark, warehouse: Path, fmt: str, batch: list[tuple[str, bytes | N
     source = SourceConfig(name="fz", format=fmt)
     ingest_files(warehouse, "fz", [(landing, landing.name)], DATE, whole_date=True)
     normalize_source(spark, warehouse, source, [DATE])  # must not raise
-    assert lake.row_count(lake.table_uri(warehouse, lake.RAW, "fz")) == len(batch)
+    assert lake.row_count(lake.TableRef(lake.RAW, "fz").uri(warehouse)) == len(batch)
     run = validations.validate_reconciliation(spark, warehouse, source, [DATE])
     assert run.success, run.rule("raw_messages_accounted").sample
-    quarantine = lake.read_arrow(lake.table_uri(warehouse, lake.QUARANTINE, "fz")).to_pylist()
+    quarantine = lake.read_arrow(lake.TableRef(lake.QUARANTINE, "fz").uri(warehouse)).to_pylist()
     assert all(q["reason"] and q["reason"].strip() for q in quarantine)
     quarantined = {q["offset"] for q in quarantine}
     for offset, (how, value) in enumerate(batch):

@@ -48,7 +48,7 @@ def warehouse(spark, landed, tmp_path):
 
 
 def _quarantine(warehouse) -> list[dict]:
-    return lake.read_arrow(lake.table_uri(warehouse, lake.QUARANTINE, "rd")).to_pylist()
+    return lake.read_arrow(lake.TableRef(lake.QUARANTINE, "rd").uri(warehouse)).to_pylist()
 
 
 def _current_ids(spark, warehouse) -> list[str]:
@@ -91,12 +91,12 @@ def test_a_crash_between_the_commits_leaves_messages_twice_never_lost(
         redrive(spark, warehouse, AFTER_FIX)
     monkeypatch.undo()
     assert len(_quarantine(warehouse)) == 17  # still there ...
-    cl = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "rd", "products"))
+    cl = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "rd", "products").uri(warehouse))
     assert cl.num_rows == 16  # ... and applied: at worst in both places
     assert validations.validate_reconciliation(spark, warehouse, AFTER_FIX, [DATE]).success
 
     result = redrive(spark, warehouse, AFTER_FIX)  # the rerun finishes the job
     assert (result.redriven, result.remaining) == (16, 1)
-    cl = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "rd", "products"))
+    cl = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "rd", "products").uri(warehouse))
     assert cl.num_rows == 16 and len(pc.unique(cl["sequence"])) == 16  # nothing twice
     assert len(_quarantine(warehouse)) == 1

@@ -95,7 +95,7 @@ def test_overrides_from_sources_yaml_change_bounds_formats_and_severity(spark, w
 
 def test_current_suite(spark, warehouse):
     write_changelog(spark, warehouse, "s", "t", CLEAN)  # the key comes from the change log's state
-    uri = lake.table_uri(warehouse, lake.CURRENT, "s", "t")
+    uri = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
 
     def current(rows):
         cols = {"id": pa.int32(), "name": pa.string(), "__sequence": pa.string(),
@@ -103,7 +103,11 @@ def test_current_suite(spark, warehouse):
                 "__deleted": pa.bool_()}  # fmt: skip
         data = [{"name": "x", "__sequence": f"{i:04d}", "__op": "c", "__event_time": None,
                  "__deleted": False, **r} for i, r in enumerate(rows)]  # fmt: skip
-        lake.replace(spark.createDataFrame(pa.Table.from_pylist(data, pa.schema(cols))), uri, {})
+        lake.replace(
+            spark.createDataFrame(pa.Table.from_pylist(data, pa.schema(cols))),
+            uri,
+            lake.TableState(),
+        )
 
     current([{"id": 1}, {"id": 2}, {"id": 3, "__deleted": True}])
     balance = {"live_before": 1, "truncated_live": 0, "made_live": 2, "made_dead": 1,

@@ -47,9 +47,9 @@ def test_a_new_tables_columns_keep_the_wire_order(spark, tmp_path, fmt, message,
     landing.write_text("\n".join(lines) + "\n")
     source = SourceConfig(name="s", format=fmt)
     replay(spark, tmp_path / "wh", [landing], source, "2026-01-01")
-    log = lake.read(spark, lake.table_uri(tmp_path / "wh", lake.CHANGELOG, "s", table))
+    log = lake.read(spark, lake.TableRef(lake.CHANGELOG, "s", table).uri(tmp_path / "wh"))
     assert log.schema["after"].dataType.names == ["zeta", "id", "mid", "added"]
-    current = lake.read(spark, lake.table_uri(tmp_path / "wh", lake.CURRENT, "s", table))
+    current = lake.read(spark, lake.TableRef(lake.CURRENT, "s", table).uri(tmp_path / "wh"))
     user = [c for c in current.columns if c not in C.CURRENT_META]
     assert user == ["zeta", "id", "mid", "added"]
     rows = {r["id"]: r["added"] for r in current.collect()}

@@ -229,8 +229,8 @@ def _assert_change_log_is_a_fresh_normalization(spark, root: Path, files: list[l
         _land_date(fresh, day, records)
     normalize_source(spark, fresh / "warehouse", SOURCE, dates)
     for layer, table in ((lake.CHANGELOG, TABLE), (lake.CONTROL, None)):
-        ours = _rows(spark, lake.table_uri(root / "warehouse", layer, SOURCE.name, table))
-        theirs = _rows(spark, lake.table_uri(fresh / "warehouse", layer, SOURCE.name, table))
+        ours = _rows(spark, lake.TableRef(layer, SOURCE.name, table).uri(root / "warehouse"))
+        theirs = _rows(spark, lake.TableRef(layer, SOURCE.name, table).uri(fresh / "warehouse"))
         assert ours == theirs, f"{layer} differs from a fresh normalization of raw"
 
 
@@ -257,7 +257,7 @@ def _event_ms(position: tuple[int, int] | None) -> int | None:
 
 
 def _lake_history(spark, warehouse: Path) -> list[dict]:
-    df = lake.read(spark, lake.table_uri(warehouse, "history", SOURCE.name, TABLE))
+    df = lake.read(spark, lake.TableRef("history", SOURCE.name, TABLE).uri(warehouse))
     rows = [] if df is None else df.toArrow().to_pylist()
     return sorted(
         (
@@ -360,7 +360,7 @@ LAYERS = (lake.CURRENT, lake.HISTORY)
 
 
 def _uri(warehouse: Path, layer: str) -> str:
-    return lake.table_uri(warehouse, layer, SOURCE.name, TABLE)
+    return lake.TableRef(layer, SOURCE.name, TABLE).uri(warehouse)
 
 
 def _assert_live_balance(merged: MergeResult) -> None:

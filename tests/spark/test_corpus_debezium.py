@@ -67,7 +67,7 @@ def test_unidentifiable_delete_is_quarantined_not_applied(spark, warehouse, expe
     name = "debezium/debezium-postgres-data-replica-identity.txt"
     _replay(spark, warehouse, expected[name], CORPUS / name)
 
-    quarantine = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, "corpus"))
+    quarantine = lake.read(spark, lake.TableRef(lake.QUARANTINE, "corpus").uri(warehouse))
     rows = quarantine.toArrow().to_pylist()
     assert [r["line"] for r in rows] == [m["line"] for m in expected[name]["unappliable_messages"]]
     assert "cannot be identified" in rows[0]["reason"]
@@ -78,8 +78,8 @@ def test_replaying_twice_changes_nothing(spark, warehouse, expected):
     name = "debezium/debezium-data-schema-include.txt"
     entry = expected[name]
     _, first = _replay(spark, warehouse, entry, CORPUS / name)
-    cur = lake.table_uri(warehouse, lake.CURRENT, "corpus", table_name(entry["table"]))
-    changelog = lake.table_uri(warehouse, lake.CHANGELOG, "corpus", table_name(entry["table"]))
+    cur = lake.TableRef(lake.CURRENT, "corpus", table_name(entry["table"])).uri(warehouse)
+    changelog = lake.TableRef(lake.CHANGELOG, "corpus", table_name(entry["table"])).uri(warehouse)
     before = lake.read(spark, cur).toArrow()
 
     _, second = _replay(spark, warehouse, entry, CORPUS / name)

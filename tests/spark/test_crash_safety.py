@@ -107,8 +107,8 @@ def _replay(spark, warehouse: Path, landing: Path, date: str) -> None:
 def _tables(spark, warehouse: Path) -> dict:
     """Everything a reader sees: the current rows, the change log, the quarantine."""
     current = current_rows(spark, warehouse, "crash", "app__t").toArrow().to_pylist()
-    changelog = lake.read(spark, lake.table_uri(warehouse, lake.CHANGELOG, "crash", "app__t"))
-    quarantine = lake.row_count(lake.table_uri(warehouse, lake.QUARANTINE, "crash"))
+    changelog = lake.read(spark, lake.TableRef(lake.CHANGELOG, "crash", "app__t").uri(warehouse))
+    quarantine = lake.row_count(lake.TableRef(lake.QUARANTINE, "crash").uri(warehouse))
     return {
         "current": sorted(json.dumps(r, sort_keys=True, default=str) for r in current),
         "changelog": sorted(r[0] for r in changelog.select("sequence").collect()),

@@ -41,7 +41,9 @@ def _ranges(uri: str, col: str = "id") -> list[tuple]:
 def _upsert(spark, uri: str, data: pa.Table, key: str = "id", state=None) -> tuple[int, int]:
     """Merge; returns (files rewritten, files before)."""
     before = set(DeltaTable(uri).file_uris()) if lake.exists(uri) else set()
-    lake.upsert_newer(spark, uri, spark.createDataFrame(data), [key], SEQ, PARTIAL, state or {})
+    lake.upsert_newer(
+        spark, uri, spark.createDataFrame(data), [key], SEQ, PARTIAL, state or lake.TableState()
+    )
     return len(before - set(DeltaTable(uri).file_uris())), len(before)
 
 
@@ -123,10 +125,12 @@ def test_new_keys_inside_every_files_range_rewrite_nothing(spark, tmp_path):
 def test_replace_with_a_key_writes_the_layout(spark, tmp_path):
     uri = str(tmp_path / "cur")
     data = _rows(np.random.default_rng(3).permutation(20_000).tolist(), 1).drop_columns([PARTIAL])
-    lake.replace(spark.createDataFrame(data), uri, {"key": ["id"]}, key=["id"], rows=20_000)
+    lake.replace(
+        spark.createDataFrame(data), uri, lake.TableState(key=["id"]), key=["id"], rows=20_000
+    )
     ranges = _ranges(uri)
     assert len(ranges) > 3 and all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    assert lake.state(uri) == {"key": ["id"]}
+    assert lake.state(uri) == lake.TableState(key=["id"])
 
 
 def test_a_merge_is_one_commit_and_a_no_op_merge_one_empty_one(spark, tmp_path):
@@ -136,6 +140,6 @@ def test_a_merge_is_one_commit_and_a_no_op_merge_one_empty_one(spark, tmp_path):
     _upsert(spark, uri, _rows(range(10), 2))
     assert lake.version(uri) == version + 1
     # Nothing newer: no data commit, but the state is recorded once.
-    _upsert(spark, uri, _rows(range(10), 1), state={"changelog_version": 7})
+    _upsert(spark, uri, _rows(range(10), 1), state=lake.TableState(changelog_version=7))
     assert lake.version(uri) == version + 2
-    assert lake.state(uri)["changelog_version"] == 7
+    assert lake.state(uri).changelog_version == 7

@@ -122,9 +122,9 @@ def test_new_column_and_widened_type(spark, warehouse, tmp_path):
         {"id": 1, "qty": 5, "note": None},
         {"id": 2, "qty": big, "note": "n"},
     ]
-    cur = lake.arrow_schema(lake.table_uri(warehouse, lake.CURRENT, "s", "t"))
+    cur = lake.arrow_schema(lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse))
     assert str(cur.field("qty").type) == "int64"
-    changelog = lake.image_types(lake.table_uri(warehouse, lake.CHANGELOG, "s", "t"))
+    changelog = lake.image_types(lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse))
     assert changelog["qty"] == "bigint"
 
 
@@ -176,5 +176,5 @@ def test_ddl_events_are_kept_per_table(spark, warehouse, tmp_path):
     for _ in range(2):  # reprocessing the date replaces its DDL rows
         _, result = replay(spark, warehouse, [path], source, "2026-01-01")
         assert result.ddl_by_table == {"t": 1}
-    ddl = lake.read(spark, lake.table_uri(warehouse, lake.DDL, "s", "t")).toArrow().to_pylist()
+    ddl = lake.read(spark, lake.TableRef(lake.DDL, "s", "t").uri(warehouse)).toArrow().to_pylist()
     assert [(r["statement"], r["table"], r["offset"]) for r in ddl] == [(alter, "t", 1)]

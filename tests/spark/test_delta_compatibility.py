@@ -108,10 +108,16 @@ def tables(spark, tmp_path_factory) -> dict[str, str]:
     lake.overwrite_partitions(dated([R1_NEW, R7], DAY1), history, [DAY1.isoformat()])
 
     first = spark.createDataFrame([(*r, "00001") for r in (R1, R2, R3)], CURRENT)
-    lake.replace(first, current, {"k": 1}, key=["id"], rows=3)
+    lake.replace(first, current, lake.TableState(changelog_version=1), key=["id"], rows=3)
     batch = [(*R2_NEW, "00002", None), (*R3_OLD, "00000", None), (*R8, "00002", None)]
     lake.upsert_newer(
-        spark, current, spark.createDataFrame(batch, MERGE), ["id"], SEQ, PARTIAL, {"k": 2}
+        spark,
+        current,
+        spark.createDataFrame(batch, MERGE),
+        ["id"],
+        SEQ,
+        PARTIAL,
+        lake.TableState(changelog_version=2),
     )
     return {"history": history, "current": current}
 

@@ -68,7 +68,7 @@ def _replay(spark, warehouse, files, key=None, types=None):
 
 def _parsed(spark, warehouse) -> list[dict]:
     """The format's parsed records of everything in raw, by landing position."""
-    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, SOURCE))
+    raw = lake.read(spark, lake.TableRef(lake.RAW, SOURCE).uri(warehouse))
     return dataworks.parse(raw, {}).orderBy("ingest_date", "file", "line").toArrow().to_pylist()
 
 

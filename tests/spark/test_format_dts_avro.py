@@ -448,14 +448,16 @@ def test_replay_reaches_the_final_state(spark, warehouse, tmp_path):
     orders = current_rows(spark, warehouse, "t", table_name(ORDERS))
     assert [r["order_id"] for r in orders.collect()] == [3]  # truncated before order 3
 
-    changelog = lake.read(spark, lake.table_uri(warehouse, lake.CHANGELOG, "t", "mydb__customers"))
+    changelog = lake.read(
+        spark, lake.TableRef(lake.CHANGELOG, "t", "mydb__customers").uri(warehouse)
+    )
     first = changelog.where(F.col("after.id") == 1).orderBy("sequence").toArrow().to_pylist()[0]
     assert first["op"] == "c" and first["source_format"] == "dts-avro"
     assert first["event_time"] == dt.datetime(2023, 10, 11, 0, 33, 29, tzinfo=dt.UTC)
     assert first["tx_id"] == "3e11fa47-71ca:1"
     assert first["sequence"].startswith("binlog:0000000078.00000000000000004100.")
 
-    quarantine = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, "t"))
+    quarantine = lake.read(spark, lake.TableRef(lake.QUARANTINE, "t").uri(warehouse))
     bad = quarantine.orderBy("offset").collect()
     assert [r["offset"] for r in bad] == [9, 10]
     assert all(r["reason"].startswith("invalid DTS Avro: ") for r in bad)

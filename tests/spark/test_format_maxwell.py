@@ -275,7 +275,7 @@ def test_end_to_end(spark, warehouse, tmp_path):
     ]  # fmt: skip
     assert log[4]["before"] == {"id": 1, "name": "boot", "price": Decimal("1.5")}
     assert [r["event_time"] for r in log[1:4]] == [_s(ts)] * 3
-    quarantine = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, "t"))
+    quarantine = lake.read(spark, lake.TableRef(lake.QUARANTINE, "t").uri(warehouse))
     reasons = sorted(r["reason"] for r in quarantine.toArrow().to_pylist())
     assert reasons == [
         "Maxwell delete without a 'data' object: no row image",

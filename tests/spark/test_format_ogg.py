@@ -189,7 +189,7 @@ def test_end_to_end(spark, warehouse, tmp_path):
     assert summary["tables"]["HR.EMP"] == {"inserted": 3, "updated": 1, "deleted": 1, "rows": 2}
     assert summary["tables"]["HR.DEPT"] == {"inserted": 3, "updated": 0, "deleted": 0, "rows": 1}
     assert summary["quarantined"] == 3 and result.ddl == 0
-    quarantine = lake.read(spark, lake.table_uri(warehouse, lake.QUARANTINE, "t"))
+    quarantine = lake.read(spark, lake.TableRef(lake.QUARANTINE, "t").uri(warehouse))
     assert sorted(r["reason"] for r in quarantine.toArrow().to_pylist()) == [
         "delete without a before image: the row cannot be identified",
         "invalid JSON: not a JSON object",

@@ -34,7 +34,7 @@ def _seq(n):
 
 def _write(spark, warehouse, day, changes):
     df = spark.createDataFrame(changes, SCHEMA).withColumn("ingest_date", F.lit(day).cast("date"))
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
+    uri = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
     lake.overwrite_partitions(df, uri, [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
 
 
@@ -45,7 +45,7 @@ def _history(spark, warehouse, table=TABLE, full_refresh=False):
 
 
 def _rows(spark, warehouse):
-    table = lake.read_arrow(lake.table_uri(warehouse, lake.HISTORY, "s", "t"))
+    table = lake.read_arrow(lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse))
     cols = ["id", "a", "b", "__start_at", "__end_at", "__is_current", "__is_deleted", "__op"]
     rows = [tuple(r[c] for c in cols) for r in table.to_pylist()]
     return sorted(rows, key=lambda r: (r[0], r[3]))
@@ -68,7 +68,7 @@ def test_insert_update_delete_reinsert(spark, warehouse):
         _v(1, "a5", "b5", 5, None, "c"),
         _v(2, "x", "y", 2, None, "c"),
     ]
-    table = lake.read_arrow(lake.table_uri(warehouse, lake.HISTORY, "s", "t")).to_pylist()
+    table = lake.read_arrow(lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse)).to_pylist()
     first = next(r for r in table if r["id"] == 1 and r["__start_at"] == "00001")
     assert first["__start_time"] == T0 + timedelta(seconds=1)
     assert first["__end_time"] == T0 + timedelta(seconds=2)

@@ -62,7 +62,7 @@ def _rows(spark, warehouse) -> list[tuple]:
 
 def test_a_second_file_ingests_only_that_file(spark, warehouse, tmp_path):
     landing = tmp_path / "landing"
-    raw = lake.table_uri(warehouse, lake.RAW, "inc")
+    raw = lake.TableRef(lake.RAW, "inc").uri(warehouse)
     _land(landing, "a.jsonl", [_event("c", 1, 1, "one"), _event("c", 2, 2, "two")])
     first, _ = _run(spark, warehouse, landing)
     assert [f.name for f in first.files] == [f"dt={DATE}/a.jsonl"]
@@ -105,9 +105,9 @@ def test_a_grown_file_is_ingested_again_without_duplicates(spark, warehouse, tmp
     assert [f.name for f in grown.files] == [f"dt={DATE}/a.jsonl"]
     assert normalized.messages == 4  # the file's rows are replaced, all four read again
 
-    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, "inc")).toArrow()
+    raw = lake.read(spark, lake.TableRef(lake.RAW, "inc").uri(warehouse)).toArrow()
     assert sorted(raw["line"].to_pylist()) == [1, 2, 3, 4]
-    changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "inc", "t"))
+    changes = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "inc", "t").uri(warehouse))
     assert pc.count_distinct(changes["sequence"]).as_py() == changes.num_rows == 4
     assert _rows(spark, warehouse) == [(1, "one"), (3, "three")]
 
@@ -115,7 +115,7 @@ def test_a_grown_file_is_ingested_again_without_duplicates(spark, warehouse, tmp
     _land(landing, "a.jsonl", [_event("c", 1, 1, "one"), _event("c", 2, 2, "two")])
     os.utime(landing / f"dt={DATE}" / "a.jsonl", ns=(1, 1))  # a rewrite that keeps no mtime
     _run(spark, warehouse, landing)
-    changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "inc", "t"))
+    changes = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "inc", "t").uri(warehouse))
     assert changes.num_rows == 2
     assert _rows(spark, warehouse) == [(1, "one"), (2, "two")]
 
@@ -125,7 +125,7 @@ def test_a_date_written_before_files_were_tracked_is_replaced_once(spark, wareho
     _land(landing, "a.jsonl", [_event("c", 1, 1, "one")])
     _land(landing, "b.jsonl", [_event("c", 2, 2, "two")])
     # Raw as the whole-date writer of earlier releases left it: one data file, two landing files.
-    raw_uri = lake.table_uri(warehouse, lake.RAW, "inc")
+    raw_uri = lake.TableRef(lake.RAW, "inc").uri(warehouse)
     from cdc_platform.ingest import landing as landing_io
 
     folder = landing / f"dt={DATE}"
@@ -146,7 +146,7 @@ def test_a_date_written_before_files_were_tracked_is_replaced_once(spark, wareho
         f"dt={DATE}/a.jsonl",
         f"dt={DATE}/b.jsonl",
     }
-    changes = lake.read_arrow(lake.table_uri(warehouse, lake.CHANGELOG, "inc", "t"))
+    changes = lake.read_arrow(lake.TableRef(lake.CHANGELOG, "inc", "t").uri(warehouse))
     assert changes.num_rows == 2
     assert _rows(spark, warehouse) == [(1, "one"), (2, "two")]
     assert pa.table(DeltaTable(raw_uri).get_add_actions(flatten=True)).num_rows == 2

@@ -29,7 +29,7 @@ def _write_batch(spark, warehouse, day, changes):
         .drop("ingest_date")
         .withColumnRenamed("ingest_date_", "ingest_date")
     )
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "s", "t")
+    uri = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
     lake.overwrite_partitions(df, uri, [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
 
 
@@ -37,7 +37,7 @@ def _state(spark, warehouse, options=None):
     merged = merge_current(spark, warehouse, "s", "t", options=options)
     # The live and tombstone counts a merge keeps in the table's state (never counted from the
     # whole table) are the table's.
-    table = lake.read_arrow(lake.table_uri(warehouse, lake.CURRENT, "s", "t"))
+    table = lake.read_arrow(lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse))
     tombstones = sum(table["__deleted"].to_pylist())
     assert (merged.rows, merged.deleted_rows) == (table.num_rows - tombstones, tombstones)
     rows = current_rows(spark, warehouse, "s", "t")
@@ -153,7 +153,7 @@ def test_a_reprocessed_partition_without_a_change_removes_its_effect(spark, ware
     # The date is reprocessed and no longer holds those changes.
     _write_batch(spark, warehouse, "2026-01-02", [_change("c", 7, 3, "n", "n")])
     assert _state(spark, warehouse) == [(1, "a", "b"), (3, "n", "n")]
-    tombstones = lake.read(spark, lake.table_uri(warehouse, lake.CURRENT, "s", "t"))
+    tombstones = lake.read(spark, lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse))
     assert sorted(r["id"] for r in tombstones.collect()) == [1, 3]  # key 2 is gone, not hidden
 
 
@@ -175,7 +175,7 @@ def test_a_merges_checks_and_preview_read_only_what_it_changed(spark, warehouse)
     batch = [_change("c", 1000 + i, 1000 + i, "a") for i in range(100)]
     _write_batch(spark, warehouse, "2026-01-02", batch)
     _state(spark, warehouse)
-    uri = lake.table_uri(warehouse, lake.CURRENT, "s", "t")
+    uri = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
     assert len(lake.files(uri)) == 2  # new keys went to a file of their own
     _write_batch(spark, warehouse, "2026-01-03", [_change("u", 5000, 1050, "b")])
     merged = merge_current(spark, warehouse, "s", "t")

@@ -181,7 +181,7 @@ def test_lindorm_definition_example_takes_column_types_from_its_schema(spark, wa
     summary, _ = _replay(spark, warehouse, [f], key=["id"])
 
     assert summary["tables"][LINDORM] == {"inserted": 0, "updated": 1, "deleted": 0, "rows": 1}
-    uri = lake.table_uri(warehouse, lake.CHANGELOG, "seed", table_name(LINDORM))
+    uri = lake.TableRef(lake.CHANGELOG, "seed", table_name(LINDORM)).uri(warehouse)
     after_type = lake.read(spark, uri).schema["after"].dataType
     assert after_type["id"].dataType == T.IntegerType()  # int32 in the schema, not a string
     assert after_type["name"].dataType == T.StringType()
@@ -218,7 +218,7 @@ def test_lindorm_hbase_example_decodes_base64_and_keys_on_row(spark, warehouse, 
         "customers",
     )
 
-    raw = lake.read(spark, lake.table_uri(warehouse, lake.RAW, "seed"))
+    raw = lake.read(spark, lake.TableRef(lake.RAW, "seed").uri(warehouse))
     [parsed] = debezium.parse(raw, {}).toArrow().to_pylist()
     assert (parsed["image_encoding"], parsed["key_columns"], parsed["source_format"]) == (
         "hbase",

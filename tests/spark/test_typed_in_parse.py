@@ -92,7 +92,7 @@ def _tables(spark, warehouse, tables) -> dict:
         (lake.QUARANTINE, None),
         *[(lk, t) for t in tables for lk in (lake.CHANGELOG, lake.CURRENT)],
     ]:
-        uri = lake.table_uri(warehouse, layer, "s", *([name] if name else []))
+        uri = lake.TableRef(layer, "s", *([name] if name else [])).uri(warehouse)
         frame = lake.read(spark, uri)
         frame = frame.drop("timestamp")  # when the landing file was read
         rows = sorted(map(repr, frame.toArrow().to_pylist()))

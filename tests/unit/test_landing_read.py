@@ -148,7 +148,7 @@ def _debezium_lines(count: int) -> bytes:
 
 
 def _raw(warehouse) -> tuple[pa.Table, dict, pq.FileMetaData]:
-    uri = lake.table_uri(warehouse, lake.RAW, "s")
+    uri = lake.TableRef(lake.RAW, "s").uri(warehouse)
     (path,) = DeltaTable(uri).file_uris()
     (commit,) = Path(uri, "_delta_log").glob("*.json")
     actions = [json.loads(line) for line in commit.read_text().splitlines()]
@@ -216,5 +216,5 @@ def test_an_unreadable_file_leaves_no_data_file(tmp_path):
     folder.mkdir()
     with pytest.raises(landing.LandingError, match="cannot read landing file"):
         ingest_files(tmp_path / "w", "s", [(good, "a"), (folder, "dir")], DATE, True)
-    raw = lake.table_uri(tmp_path / "w", lake.RAW, "s")
+    raw = lake.TableRef(lake.RAW, "s").uri(tmp_path / "w")
     assert not list((tmp_path / "w").rglob("*.parquet")), raw
