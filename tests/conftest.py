@@ -39,15 +39,6 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # local[2] with few shuffle partitions: the suite's frames are tiny, scheduling dominates.
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
-# The local session also evaluates expressions interpreted, as Spark's own test suites can: on
-# frames of a few rows, generating and compiling Java code for every new query cost a third of
-# a replay's time. Results are the same by Spark's contract; the Spark Connect server, the
-# standalone cluster and the Dagster subprocesses run Spark's default (generated code).
-LOCAL_CONF = {
-    **SPARK_CONF,
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
 
 # Every path of the platform must also work on Spark Connect: the first test of each of these
 # modules runs on both sessions, the rest on the local one (CDC_CONNECT_ALL=1: every test of
@@ -170,7 +161,7 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     remote one while a local one exists); it becomes Connect's default, which later
     ``get_spark(remote=...)`` calls (CLI, Dagster resources) return."""
     if getattr(request, "param", "local") != "connect":
-        yield get_spark("local[2]", LOCAL_CONF)
+        yield get_spark("local[2]", SPARK_CONF)
         return
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
