@@ -2,7 +2,8 @@
 import lake``), so nothing else touches Delta. delta-rs (``deltalake``) keeps the transaction
 log; Spark reads and writes the data.
 
-- ``tables``: where tables are, Spark reads, and snapshot facts from the log (no data read);
+- ``tables``: which table (``TableRef``) and where, the bookkeeping our commits record
+  (``TableState``), Spark reads, and snapshot facts from the log (no data read);
 - ``data_files``: Spark's executors write data files; their add actions from the footers;
 - ``commit``: the commit protocol (adds, removes, state, transaction ids, schema changes);
 - ``merge``: MERGE, key replacement and deletes in Spark, copy-on-write;
