@@ -22,7 +22,7 @@ SNAPSHOT = FIXTURES / "corpus_tables.json"
 DATE = "2026-01-01"
 PRIMARY_KEY = ["id"]
 COLUMN_TYPES = {"id": "int", "name": "string", "description": "string", "weight": "double"}
-TYPED = ["--primary-key", "id"] + [
+TYPED = ["--primary-key", ",".join(PRIMARY_KEY)] + [
     arg for col_type in COLUMN_TYPES.items() for arg in ("--column-type", "=".join(col_type))
 ]
 REPLAYS = {
