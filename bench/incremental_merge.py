@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from throughput import cpu_seconds  # bench/ is the script's folder, on sys.path
 
 from cdc_platform import lake
@@ -114,7 +114,7 @@ def write_changes(warehouse: Path, data: pa.Table, day: str) -> None:
     write_deltalake(
         uri, data, partition_by=[lake.PARTITION_COLUMN], mode="overwrite",
         predicate=f"{lake.PARTITION_COLUMN} = '{day}'" if lake.exists(uri) else None,
-        commit_properties=CommitProperties(custom_metadata={lake.STATE_KEY: '{"key":["id"]}'}),
+        commit_properties=lake.properties(lake.TableState(key=["id"])),
     )  # fmt: skip
 
 

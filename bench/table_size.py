@@ -71,9 +71,8 @@ def preview(spark, warehouse: Path, written: list[str] | None):
 def measure(spark, work: Path, size: int, shape: str, rounds: int) -> dict[str, float]:
     warehouse = work / f"{shape}-{size}"
     cl = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
-    state = {lake.STATE_KEY: '{"key":["id"],"qualified":"t"}'}
     first = changes(spark, spark.range(size), "c", 0, 0)
-    props = lake.properties(metadata=state)
+    props = lake.properties(lake.TableState(key=["id"], qualified="t"))
     lake.append(first, cl, partition_by=[lake.PARTITION_COLUMN], props=props)
     merge_current(spark, warehouse, "s", "t")
     source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])

@@ -56,7 +56,6 @@ from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     QUARANTINE,
     RAW,
-    STATE_KEY,
     ChangelogFacts,
     TableRef,
     TableState,
@@ -85,7 +84,7 @@ from cdc_platform.lake.tables import (
 __all__ = [
     "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY", "KAFKA_KEY",
     "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW", "REBUILT",
-    "ROWS_PER_FILE", "STATE_KEY", "append", "append_kafka_batch", "append_normalized",
+    "ROWS_PER_FILE", "append", "append_kafka_batch", "append_normalized",
     "arrow_schema", "candidates", "Candidates", "ChangelogFacts", "changelog_facts",
     "changelog_tables", "delete_rows", "describe",
     "exists", "files",

@@ -40,18 +40,14 @@ NORMALIZED_APP = "cdc.normalize"
 
 
 def properties(
-    state: TableState | None = None,
-    metadata: dict[str, str] | None = None,
-    txns: dict[str, int] | None = None,
+    state: TableState | None = None, txns: dict[str, int] | None = None
 ) -> CommitProperties | None:
-    """Commit properties: ``state`` as ``cdc.state``, other ``metadata``, transaction ids."""
-    custom = dict(metadata or {})
-    if state is not None:
-        custom[STATE_KEY] = state.to_json()
+    """Commit properties: ``state`` as ``cdc.state``, and transaction ids."""
+    custom = {STATE_KEY: state.to_json()} if state is not None else None
     transactions = [Transaction(app, v) for app, v in sorted((txns or {}).items())]
     if not custom and not transactions:
         return None
-    return CommitProperties(custom_metadata=custom or None, app_transactions=transactions or None)
+    return CommitProperties(custom_metadata=custom, app_transactions=transactions or None)
 
 
 def commit(
@@ -239,14 +235,14 @@ def overwrite_partitions(
     df: DataFrame,
     uri: str,
     dates: list[str],
-    metadata: dict[str, str] | None = None,
+    state: TableState | None = None,
     raw_version: int | None = None,
 ) -> int:
     """Replace the ``ingest_date`` partitions ``dates`` with ``df``'s rows: reruns are
     idempotent. ``raw_version``: the raw table version the data was derived from, recorded in
     the same commit as the ``cdc.normalize`` transaction (see ``normalized_raw_version``)."""
     txns = {NORMALIZED_APP: raw_version} if raw_version is not None else None
-    props = properties(metadata=metadata, txns=txns)
+    props = properties(state, txns)
     schema = evolve(df.sparkSession, uri, arrow_of(df))
     read_version = DeltaTable(uri).version() if exists(uri) else None
     removes = []
@@ -279,7 +275,7 @@ def append_normalized(
     df: DataFrame,
     uri: str,
     raw_version: int,
-    metadata: dict[str, str] | None = None,
+    state: TableState | None = None,
     *,
     empty: bool = False,
 ) -> int | None:
@@ -295,7 +291,7 @@ def append_normalized(
         if done is not None and done >= raw_version:
             return None
         read_version = dt.version()
-    props = properties(metadata=metadata, txns={NORMALIZED_APP: raw_version})
+    props = properties(state, {NORMALIZED_APP: raw_version})
     if empty and read_version is not None:
         return commit(uri, [], read_version=read_version, props=props)
     return append(df, uri, partition_by=[PARTITION_COLUMN], read_version=read_version, props=props)

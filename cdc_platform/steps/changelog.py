@@ -191,13 +191,13 @@ def _normalize(
     driver gets counts, the newest event times and a few preview rows."""
 
     def write(
-        uri: str, data: DataFrame, metadata: dict[str, str] | None = None, empty: bool = False
+        uri: str, data: DataFrame, state: lake.TableState | None = None, empty: bool = False
     ) -> int | None:
         """``empty``: ``data`` is known to have no rows (a small batch mostly has no control
         messages, DDL or rejects): appending then commits the raw version without a Spark job."""
         if dates is not None:
-            return lake.overwrite_partitions(data, uri, dates, metadata, raw_version)
-        return lake.append_normalized(data, uri, raw_version, metadata, empty=empty)
+            return lake.overwrite_partitions(data, uri, dates, state, raw_version)
+        return lake.append_normalized(data, uri, raw_version, state, empty=empty)
 
     result = NormalizeResult()
     staging = lake.Staging(warehouse)
@@ -209,9 +209,9 @@ def _normalize(
         result.ddl = normalized.kinds.get(C.KIND_DDL, 0)
         for plan, data in normalized.tables:
             uri = lake.TableRef(lake.CHANGELOG, source.name, plan.name).uri(warehouse)
-            state = lake.TableState(key=plan.key, qualified=plan.qualified).to_json()
+            state = lake.TableState(key=plan.key, qualified=plan.qualified)
             with phase("write.changelog"):
-                version = write(uri, data, {lake.STATE_KEY: state})
+                version = write(uri, data, state)
             with phase("normalize.changelog_stats"):
                 ops = data.groupBy("op").agg(
                     F.count("*").alias("n"), _newest("event_time").alias("t")

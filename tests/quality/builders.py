@@ -1,7 +1,6 @@
 """Tables shaped like the warehouse's, written with delta-rs, for the suite tests."""
 
 import datetime as dt
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,7 +41,7 @@ def change(op: str, id_: int | None, line: int, **over) -> dict:
 
 def write_changelog(spark, warehouse: Path, source: str, table: str, rows: list[dict]) -> str:
     uri = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
-    state = {lake.STATE_KEY: json.dumps({"key": ["id"], "qualified": "app.t"})}
+    state = lake.TableState(key=["id"], qualified="app.t")
     data = spark.createDataFrame(pa.Table.from_pylist(rows, CHANGELOG))
     lake.overwrite_partitions(data, uri, [DATE], state)
     return uri

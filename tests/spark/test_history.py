@@ -35,7 +35,7 @@ def _seq(n):
 def _write(spark, warehouse, day, changes):
     df = spark.createDataFrame(changes, SCHEMA).withColumn("ingest_date", F.lit(day).cast("date"))
     uri = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
-    lake.overwrite_partitions(df, uri, [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
+    lake.overwrite_partitions(df, uri, [day], state=lake.TableState(key=["id"]))
 
 
 def _history(spark, warehouse, table=TABLE, full_refresh=False):

@@ -30,7 +30,7 @@ def _write_batch(spark, warehouse, day, changes):
         .withColumnRenamed("ingest_date_", "ingest_date")
     )
     uri = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
-    lake.overwrite_partitions(df, uri, [day], metadata={lake.STATE_KEY: '{"key":["id"]}'})
+    lake.overwrite_partitions(df, uri, [day], state=lake.TableState(key=["id"]))
 
 
 def _state(spark, warehouse, options=None):
