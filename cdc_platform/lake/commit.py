@@ -237,10 +237,14 @@ def overwrite_partitions(
     dates: list[str],
     state: TableState | None = None,
     raw_version: int | None = None,
+    *,
+    empty: bool = False,
 ) -> int:
     """Replace the ``ingest_date`` partitions ``dates`` with ``df``'s rows: reruns are
     idempotent. ``raw_version``: the raw table version the data was derived from, recorded in
-    the same commit as the ``cdc.normalize`` transaction (see ``normalized_raw_version``)."""
+    the same commit as the ``cdc.normalize`` transaction (see ``normalized_raw_version``).
+    ``empty``: the caller knows ``df`` has no rows; the commit then only removes, with no Spark
+    job."""
     txns = {NORMALIZED_APP: raw_version} if raw_version is not None else None
     props = properties(state, txns)
     schema = evolve(df.sparkSession, uri, arrow_of(df))
@@ -259,7 +263,7 @@ def overwrite_partitions(
                 if d is not None and str(d) in wanted
             }
             removes = data_files.removes(actions, paths)
-    adds = data_files.write(conform(df, schema), uri, [PARTITION_COLUMN])
+    adds = [] if empty else data_files.write(conform(df, schema), uri, [PARTITION_COLUMN])
     return commit(
         uri, adds, removes, schema=schema, partition_by=[PARTITION_COLUMN],
         read_version=read_version, props=props,

@@ -194,9 +194,10 @@ def _normalize(
         uri: str, data: DataFrame, state: lake.TableState | None = None, empty: bool = False
     ) -> int | None:
         """``empty``: ``data`` is known to have no rows (a small batch mostly has no control
-        messages, DDL or rejects): appending then commits the raw version without a Spark job."""
+        messages, DDL or rejects): the commit then records the raw version (and removes the
+        replaced dates' files) without a Spark job."""
         if dates is not None:
-            return lake.overwrite_partitions(data, uri, dates, state, raw_version)
+            return lake.overwrite_partitions(data, uri, dates, state, raw_version, empty=empty)
         return lake.append_normalized(data, uri, raw_version, state, empty=empty)
 
     result = NormalizeResult()
@@ -233,7 +234,7 @@ def _normalize(
             for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
                 if (name := Path(uri).name) not in written:
                     st = lake.state(uri)
-                    version = write(uri, lake.read(spark, uri, only_files=[]))
+                    version = write(uri, lake.read(spark, uri, only_files=[]), empty=True)
                     result.tables[name] = TableChanges(
                         name=name,
                         qualified=st.qualified or name,
@@ -244,7 +245,7 @@ def _normalize(
         if result.ddl or dates is not None:  # appending no statements writes no DDL log
             with phase("write.ddl"):
                 result.ddl_by_table = _write_ddl_log(
-                    warehouse, source, normalized.ddl(), write, dates is None
+                    warehouse, source, normalized.ddl(), result.ddl, write, dates is None
                 )
         control = normalized.control()
         with phase("write.control"):
@@ -278,13 +279,15 @@ def _write_ddl_log(
     warehouse: Path,
     source: SourceConfig,
     ddl: DataFrame,
-    write: Callable[[str, DataFrame], int | None],
+    statements: int,
+    write: Callable[..., int | None],
     appending: bool,
 ) -> dict[str, int]:
-    """Each table's DDL statements into ddl/<source>/<table>. Replacing dates rewrites every DDL
-    log of the source, so a reprocessed date never keeps stale rows; appending skips tables
-    without new statements."""
-    found = ddl.groupBy("qualified_table").count().collect()  # a few rows: one per table
+    """Each table's DDL statements (``statements`` in all) into ddl/<source>/<table>. Replacing
+    dates rewrites every DDL log of the source, so a reprocessed date never keeps stale rows;
+    appending skips tables without new statements."""
+    # A few rows: one per table.
+    found = ddl.groupBy("qualified_table").count().collect() if statements else []
     qualified: dict[str, list[str | None]] = {}
     counts: dict[str, int] = {}
     for r in found:
@@ -302,6 +305,8 @@ def _write_ddl_log(
         if None in names:
             mine = mine | F.col("qualified_table").isNull()
         rows = ddl.where(mine if names else F.lit(False)).drop("qualified_table")
-        write(lake.TableRef(lake.DDL, source.name, name).uri(warehouse), rows)
         counts.setdefault(name, 0)
+        write(
+            lake.TableRef(lake.DDL, source.name, name).uri(warehouse), rows, empty=not counts[name]
+        )
     return counts
