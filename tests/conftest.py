@@ -1,10 +1,11 @@
 """Shared fixtures: one local SparkSession for the whole run, a fresh warehouse per test, a Kafka
 broker when a test asks for one.
 
-The first test that uses ``spark`` in each module of ``CONNECT_TESTS`` runs twice: ``[local]``
-and ``[connect]``, the second against one Spark Connect server for the whole run (started by
-the first such test); ``CDC_CONNECT_ALL=1`` runs every test of those modules twice.
-``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"`` skips it."""
+One test that uses ``spark`` in each module of ``CONNECT_TESTS`` (the one marked ``connect``,
+else the first) runs twice: ``[local]`` and ``[connect]``, the second against one Spark Connect
+server for the whole run (started by the first such test); ``CDC_CONNECT_ALL=1`` runs every test
+of those modules twice. ``-m spark_connect`` runs only the Connect pass, ``-m "not
+spark_connect"`` skips it."""
 
 import json
 import os
@@ -40,12 +41,13 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # local[2] with few shuffle partitions: the suite's frames are tiny, scheduling dominates.
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
 
-# Every path of the platform must also work on Spark Connect: the first test of each of these
-# modules runs on both sessions, the rest on the local one (CDC_CONNECT_ALL=1: every test of
-# them on both). One module per path: the end-to-end replay, each format's parse (Avro through
-# mapInArrow), format detection, the merge, history, models, the Dagster pipeline, redrive and
-# the quality suites. (Not the property test: its many examples would cost minutes more, and
-# the paths it drives are all covered here.)
+# Every path of the platform must also work on Spark Connect: one test of each of these modules
+# runs on both sessions, the rest on the local one (CDC_CONNECT_ALL=1: every test of them on
+# both): the module's test marked ``@pytest.mark.connect`` (one that drives its path, not just
+# builds an expression), else its first. One module per path: the end-to-end replay, each
+# format's parse (Avro through mapInArrow), format detection, the merge, history, models, the
+# Dagster pipeline, redrive and the quality suites. (Not the property test: its many examples
+# would cost minutes more, and the paths it drives are all covered here.)
 _TESTS = Path(__file__).resolve().parent
 CONNECT_TESTS = [
     _TESTS / name
@@ -76,17 +78,20 @@ def _on_connect(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     every = os.environ.get("CDC_CONNECT_ALL") == "1"
-    seen: set[Path] = set()
+    chosen: dict[Path, pytest.Item] = {}  # each module's one [connect] test
+    for item in filter(_on_connect, items):
+        first = chosen.setdefault(item.path, item)
+        if item.get_closest_marker("connect") and not first.get_closest_marker("connect"):
+            chosen[item.path] = item
     kept, dropped = [], []
     for item in items:
         if "spark" in item.fixturenames:  # the rest of a module may run without a JVM
             item.add_marker("spark")
         if _on_connect(item):
             item.add_marker("spark_connect")
-            if not every and item.path in seen:  # one [connect] test per module
+            if not every and chosen[item.path] is not item:
                 dropped.append(item)
                 continue
-            seen.add(item.path)
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -59,6 +59,7 @@ def test_materializing_the_chain_builds_current_tables(spark, catalog):
     assert types["amount"] == "decimal(10,2)" and types["order_date"] == "date"
 
 
+@pytest.mark.connect  # its [connect] run: the whole path on Spark Connect
 def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_counts(
     spark, catalog
 ):

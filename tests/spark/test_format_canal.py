@@ -393,6 +393,7 @@ def test_seed_legacy_delete_names_no_key_and_is_quarantined(spark, warehouse, tm
 # --- corpus ------------------------------------------------------------------------------------
 
 
+@pytest.mark.connect  # its [connect] run: the whole path on Spark Connect
 @pytest.mark.parametrize("name", CANAL_FILES)
 def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
     entry = expected[name]

@@ -157,6 +157,7 @@ def test_seed_003_tuple_example(spark, tmp_path):
 # --- end to end ------------------------------------------------------------------------------
 
 
+@pytest.mark.connect  # its [connect] run: the whole path on Spark Connect
 def test_end_to_end_inserts_paired_updates_deletes_and_errors(spark, warehouse, tmp_path):
     seed_text, _ = _seed_table()
     records = [

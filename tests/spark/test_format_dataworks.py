@@ -341,6 +341,7 @@ def _license_lines(path: Path) -> list[tuple[int, bytes]]:
     return [(n, b) for n, b in enumerate(lines, 1) if b.strip() and not b.strip().startswith(b"{")]
 
 
+@pytest.mark.connect  # its [connect] run: the whole path on Spark Connect
 @pytest.mark.parametrize("name", CORPUS_FILES)
 def test_corpus_file_reaches_final_state(spark, warehouse, expected, name):
     entry = expected[name]

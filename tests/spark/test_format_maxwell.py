@@ -175,6 +175,7 @@ def test_images_order_event_time_and_transaction(spark, tmp_path):
 # --- corpus -----------------------------------------------------------------------------------
 
 
+@pytest.mark.connect  # its [connect] run: the whole path on Spark Connect
 def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     name = "maxwell/maxwell-data.txt"
     entry = expected[name]

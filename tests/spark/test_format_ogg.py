@@ -115,6 +115,7 @@ def test_parse_returns_the_parsed_schema_and_never_raises(spark, tmp_path):
 # --- corpus -----------------------------------------------------------------------------------
 
 
+@pytest.mark.connect  # its [connect] run: the whole path on Spark Connect
 def test_corpus_file_reaches_final_state(spark, warehouse, expected):
     name = "ogg/ogg-data.txt"
     entry = expected[name]
