@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
-from cdc_platform.ingest import landing as landing_files
+from cdc_platform.ingest.landing import date_of
 from cdc_platform.normalize import parse as normalize
 from cdc_platform.steps.changelog import normalize_source
 from cdc_platform.steps.raw import ingest_files
@@ -108,7 +108,7 @@ def _normalized(spark, warehouse, landing, source, merge: bool) -> None:
     if merge:
         replay(spark, warehouse, [landing], source, DATE)
     else:
-        date = landing_files.date_of(landing, DATE)
+        date = date_of(landing, DATE)
         ingest_files(warehouse, source.name, [(landing, str(landing.resolve()))], date, False)
         normalize_source(spark, warehouse, source, [date])
 
