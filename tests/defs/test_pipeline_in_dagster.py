@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from cdc_platform import lake as delta
+from cdc_platform import lake
 from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.resources import build_resources
@@ -52,8 +52,8 @@ def test_materializing_the_chain_builds_current_tables(spark, catalog):
     assert meta["current/shop/customers"]["dagster/row_count"].value == 9
     assert meta["current/shop/customers"]["tombstones"].value == 1
     assert meta["current/shop/orders"]["dagster/row_count"].value == 20
-    orders = delta.read(
-        spark, delta.TableRef("current", "shop", "orders").uri(catalog.warehouse_path)
+    orders = lake.read(
+        spark, lake.TableRef("current", "shop", "orders").uri(catalog.warehouse_path)
     )
     types = dict(orders.dtypes)
     assert types["amount"] == "decimal(10,2)" and types["order_date"] == "date"
@@ -91,8 +91,8 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
 
     current = [a for a in assets if a.partitions_def is None]
     assert dg.materialize(current, resources=resources).success
-    rows = delta.read(
-        spark, delta.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
+    rows = lake.read(
+        spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
     )
     users = sorted(r["ROW"] for r in rows.toArrow().to_pylist())
     assert users == sorted(f"user{i}" for i in range(1, 16))
@@ -150,8 +150,8 @@ def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog
         return result.cursor, {k: getattr(v, "value", v) for k, v in raw.metadata.items()}
 
     def users() -> list[str]:
-        rows = delta.read(
-            spark, delta.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
+        rows = lake.read(
+            spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
         )
         return sorted(r["ROW"] for r in rows.toArrow().to_pylist())
 

@@ -313,10 +313,10 @@ _CRASH = textwrap.dedent(
     catalog = load_catalog(sys.argv[1])
     real = lake.append_normalized
 
-    def append_then_die(data, uri, raw_version, metadata=None, **options):
+    def append_then_die(data, uri, raw_version, state=None, **options):
         if "/quarantine/" in uri:
             os._exit(17)  # the change log and control log are written, the quarantine is not
-        return real(data, uri, raw_version, metadata, **options)
+        return real(data, uri, raw_version, state, **options)
 
     lake.append_normalized = append_then_die
     spark = get_spark(remote=sys.argv[2])  # a Connect client, as a run is: no JVM of its own

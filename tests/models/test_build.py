@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from cdc_platform import lake as delta
+from cdc_platform import lake
 from cdc_platform.models.build import build_model, model_uri
 from cdc_platform.models.checks import run_tests
 from cdc_platform.models.commands import compile_models, run_models
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.spark
 
 
 def rows(warehouse: Path, name: str, order: str) -> list[dict]:
-    table = delta.read_arrow(model_uri(warehouse, name))
+    table = lake.read_arrow(model_uri(warehouse, name))
     return sorted(table.to_pylist(), key=lambda r: r[order])
 
 
@@ -71,7 +71,7 @@ def test_a_table_model_is_the_query_over_live_current_rows(spark, built):
 
 
 def test_a_view_is_computed_on_read_and_writes_no_table(spark, built, project):
-    assert not delta.exists(model_uri(built, "big_spenders"))
+    assert not lake.exists(model_uri(built, "big_spenders"))
     result = build_model(spark, built, project, "big_spenders")
     totals = rows(built, "customer_order_totals", "customer_id")
     big = [r for r in totals if r["order_total"] >= 1000]
@@ -111,7 +111,7 @@ def test_an_incremental_model_merges_only_the_rows_changed_since_its_last_build(
 ):
     warehouse = Path(shutil.copytree(second_batch, tmp_path / "w"))
     project = load_project(MODELS, catalog_tables(catalog, warehouse))
-    state = delta.state(model_uri(warehouse, "order_facts"))
+    state = lake.state(model_uri(warehouse, "order_facts"))
     assert state.inputs["current/shop/orders"]["sequence"] is not None
 
     second = build_model(spark, warehouse, project, "order_facts")
@@ -139,14 +139,14 @@ def test_an_incremental_build_falls_back_to_the_sequence_when_its_version_is_gon
     warehouse = Path(shutil.copytree(second_batch, tmp_path / "w"))
     project = load_project(MODELS, catalog_tables(catalog, warehouse))
     uri = model_uri(warehouse, "order_facts")
-    state = delta.state(uri)
+    state = lake.state(uri)
     state.inputs["current/shop/orders"]["version"] = 999  # a version that does not exist
-    delta.replace(delta.read(spark, uri), uri, state, partition_by=["order_date"])
+    lake.replace(lake.read(spark, uri), uri, state, partition_by=["order_date"])
     again = build_model(spark, warehouse, project, "order_facts")
     # The demo's second batch restarts the binlog positions, so most of its orders sort before
     # the mark: exactly the late data the version mark catches and this fallback cannot.
     mark = state.inputs["current/shop/orders"]["sequence"]
-    current = delta.read_arrow(delta.TableRef("current", "shop", "orders").uri(warehouse))
+    current = lake.read_arrow(lake.TableRef("current", "shop", "orders").uri(warehouse))
     newer = [r for r in current.to_pylist() if r["__sequence"] > mark and not r["__deleted"]]
     assert again.merged and again.input_rows == {"current/shop/orders": len(newer)}
     assert again.rows == 20 + len(newer)

@@ -3,7 +3,7 @@
 import dagster as dg
 import pytest
 
-from cdc_platform import lake as delta
+from cdc_platform import lake
 from cdc_platform.defs.keys import model_key
 from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs
 from cdc_platform.defs.resources import build_resources
@@ -55,7 +55,7 @@ def test_materializing_the_models_builds_them_and_runs_their_tests(
     schema = meta["models/customer_order_totals"]["dagster/column_schema"].schema
     described = {c.name: c.description for c in schema.columns}
     assert described["orders"].startswith("Number of live orders")
-    assert delta.exists(delta.TableRef(delta.MODELS, "daily_changes").uri(warehouse_copy))
+    assert lake.exists(lake.TableRef(lake.MODELS, "daily_changes").uri(warehouse_copy))
     evaluations = {
         (e.asset_key.to_user_string(), e.check_name): e
         for e in result.get_asset_check_evaluations()

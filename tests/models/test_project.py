@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_platform import lake as delta
+from cdc_platform import lake
 from cdc_platform.models.compile import render, template_line
 from cdc_platform.models.graph import build_order, select
 from cdc_platform.models.project import ModelError, Relation, load_project
@@ -134,7 +134,7 @@ def test_a_model_shadows_a_table_of_the_same_name(tmp_path):
         {"orders.sql": "select 1 as id", "x.sql": "select * from {{ ref('orders') }}"},
     )  # noqa: E501
     project = load_project(folder, TABLES)
-    assert project.models["x"].inputs == [Relation(delta.MODELS, None, "orders")]
+    assert project.models["x"].inputs == [Relation(lake.MODELS, None, "orders")]
 
 
 def test_a_cycle_names_the_models_files_and_lines(tmp_path):
