@@ -81,7 +81,8 @@ class TableState:
     changelog_version: int | None = None  # current, history: the change-log version applied
     truncated_before: str | None = None  # current: the newest applied truncate's sequence
     rows: list[int] | None = None  # current: [live rows, tombstones]
-    truncates: str | None = None  # history: a fingerprint of the change log's truncates
+    # history: the change log's truncates, [sequence, event time (epoch us), copies]
+    truncates: list[list[Any]] | None = None
     model: str | None = None  # models: the model's name, its code version, its inputs' marks
     code_version: str | None = None
     inputs: dict[str, Any] | None = None

@@ -8,6 +8,9 @@ Everything is window functions over one partitioning (the key) and one order (th
 Spark shuffles and sorts once, with no Python per row.
 """
 
+import functools
+from collections import Counter
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -34,15 +37,31 @@ def touched_keys(changelog: DataFrame, key: list[str]) -> DataFrame:
     return changelog.select(F.explode(both).alias("key"))
 
 
-def truncates_of(changelog: DataFrame) -> list[tuple[str, int | None]]:
-    """The change log's truncates, (sequence, event time in epoch microseconds), by sequence."""
-    rows = (
-        changelog.where(F.col("op") == C.TRUNCATE)
-        .select("sequence", F.unix_micros("event_time").alias("us"))
-        .distinct()
-        .collect()
-    )
-    return sorted((r["sequence"], r["us"]) for r in rows)
+def truncate_counts(
+    changelog: DataFrame, removed: DataFrame | None = None
+) -> Counter[tuple[str, int | None]]:
+    """How often each truncate, (sequence, event time in epoch microseconds), is in
+    ``changelog``, less how often in ``removed``: one job without a shuffle (truncates are
+    rare, so their rows are few)."""
+    sides = [(changelog, 1)] + ([(removed, -1)] if removed is not None else [])
+    rows = functools.reduce(
+        DataFrame.unionByName,
+        [
+            frame.where(F.col("op") == C.TRUNCATE).select(
+                "sequence", F.unix_micros("event_time").alias("us"), F.lit(sign).alias("n")
+            )
+            for frame, sign in sides
+        ],
+    ).collect()
+    counts: Counter[tuple[str, int | None]] = Counter()
+    for r in rows:
+        counts[(r["sequence"], r["us"])] += r["n"]
+    return counts
+
+
+def truncates_of(counts: Counter[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
+    """The truncates present (``truncate_counts`` above zero), by sequence."""
+    return sorted(t for t, n in counts.items() if n > 0)
 
 
 def history_rows(
@@ -61,7 +80,7 @@ def history_rows(
     values = [c for c in columns if c not in key]
     tracked_idx = [i for i, c in enumerate(values) if c in tracked]
     if truncates is None:
-        truncates = truncates_of(changelog)
+        truncates = truncates_of(truncate_counts(changelog))
     events = _events(changelog, key, keys, truncates)
     # Every window partitions by key and orders by sequence: Spark shuffles and sorts once.
     # Until duplicates are dropped, a fixed tie-break makes the pick among them stable.
