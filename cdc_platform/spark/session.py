@@ -38,6 +38,10 @@ DEFAULT_CONF = {
     # JVM round trips each; a parse builds thousands), for error messages only. On, a small
     # batch spent 40 % of its parse building columns. Static: a Connect server's decides.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Compiled code kept for reuse (default 100). One normalize + merge + history of a small
+    # batch generates about 250 distinct classes, so with 100 a run compiled them all again
+    # (about 500 compilations a round, 20 with this). About 30 KB an entry. Static.
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 # How every frame computed once and read several times is kept: on the executors' local disks,
 # where the OS page cache keeps it in memory while memory is free. In the JVM heap (MEMORY_AND_*)
