@@ -248,20 +248,6 @@ def files_removed_since(uri: str, since_version: int) -> list[str] | None:
     return removed
 
 
-def files_changed_since(uri: str, since_version: int) -> list[str] | None:
-    """Files added since version ``since_version`` and files removed since then (still on disk,
-    so their rows can be read); None when that version or a removed file is gone (vacuumed)."""
-    try:
-        before = set(DeltaTable(uri, version=since_version).file_uris())
-    except Exception:  # delta-rs raises its own error types for a missing version
-        return None
-    now = set(DeltaTable(uri).file_uris())
-    removed = before - now
-    if any("://" not in f and not Path(f).exists() for f in removed):
-        return None
-    return sorted((now - before) | removed)
-
-
 # --- statistics ---
 
 

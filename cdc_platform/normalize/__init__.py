@@ -20,7 +20,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.normalize.columns import control_records, ddl_records
-from cdc_platform.normalize.parse import TYPED, parse_messages, predict_plans
+from cdc_platform.normalize.parse import TYPED, parse_messages, predict_plans, with_plans
 from cdc_platform.normalize.plan import Known, TablePlan, routed_name, table_name
 from cdc_platform.normalize.split import split_parsed
 from cdc_platform.timings import phase
@@ -52,10 +52,12 @@ def normalize(
 ) -> Normalized:
     """Parse, plan, type and split ``raw`` (``known``: the change logs' keys and types,
     ``lake.changelog_facts``). Frames read more than once are kept in ``staging``."""
+    with phase("normalize.parse"):  # built once: a parse is thousands of column calls
+        messages = parse_messages(raw, source)
     with phase("normalize.predict_plans"):
-        typed = predict_plans(raw, source, known)
+        typed = predict_plans(messages, source, known)
     with phase("normalize.parse"):
-        parsed = staging.keep(parse_messages(raw, source, typed))
+        parsed = staging.keep(with_plans(messages, typed))
     untyped = F.col(TYPED).isNull() if typed else F.lit(True)
     with phase("normalize.count_kinds"):
         counts = parsed.groupBy("kind", untyped.alias("untyped")).count().collect()

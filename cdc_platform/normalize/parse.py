@@ -2,10 +2,10 @@
 get their total-order ``sequence`` (format position, then raw position) and qualified table name.
 
 One pass: a batch's first messages are planned first (``predict_plans``), and the parse types the
-rows that fit those plans in its own pass (``parse_messages(..., typed)``): same table, format and
-message schema, no column the plan has not seen. Only the rows that do not fit (a new schema
-version, a new column, a table the first messages do not name) are planned and typed afterwards,
-from their wire images (``split``)."""
+rows that fit those plans in its own pass (``with_plans``): same table, format and message
+schema, no column the plan has not seen. Only the rows that do not fit (a new schema version, a
+new column, a table the first messages do not name) are planned and typed afterwards, from their
+wire images (``split``)."""
 
 from functools import reduce
 
@@ -19,27 +19,27 @@ from cdc_platform.normalize.columns import image_columns
 from cdc_platform.normalize.plan import Known, SchemaGroup, TablePlan, plan_tables
 from cdc_platform.normalize.typed import with_typed_parts
 
-# How many of a batch's first messages ``predict_plans`` reads, and how many tables it plans (the
-# parse computes one typed column per planned table).
+# How many of a batch's first parsed messages ``predict_plans`` reads, and how many tables it
+# plans (the parse computes one typed column per planned table).
 SAMPLE_ROWS = 1000
 MAX_TYPED_TABLES = 8
 TYPED = "__typed"  # the index of the plan a parsed row fits (null: none)
 
 
-def parse_messages(
-    raw: DataFrame, source: SourceConfig, typed: list[TablePlan] | None = None
-) -> DataFrame:
-    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept.
-
-    With ``typed`` plans: also ``TYPED``, the index of the plan a change fits, and per plan
-    ``typed_parts(i)``: the fitting rows' typed parts. Those rows drop their wire images and
-    message schema, which nothing reads once they are typed, and their raw key and value unless
-    they are rejected (the quarantine keeps them)."""
+def parse_messages(raw: DataFrame, source: SourceConfig) -> DataFrame:
+    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept."""
     parser = formats.parser_for(source.format)
     parsed = parser.parse(raw, source.format_options)
-    parsed = parsed.withColumn(
+    return parsed.withColumn(
         "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), C.raw_position())
     ).withColumn("qualified_table", F.concat_ws(".", "database", "schema", "table"))
+
+
+def with_plans(parsed: DataFrame, typed: list[TablePlan]) -> DataFrame:
+    """``parse_messages``' records, and per ``typed`` plan the typed parts of the changes that
+    fit it: ``TYPED``, the index of the plan a change fits, and per plan ``typed_parts(i)``.
+    Those rows drop their wire images and message schema, which nothing reads once they are
+    typed, and their raw key and value unless they are rejected (the quarantine keeps them)."""
     if not typed:
         return parsed
     fit = F.lit(None).cast("int")
@@ -59,8 +59,7 @@ def parse_messages(
 
 
 def typed_parts(index: int) -> str:
-    """The column of ``parse_messages`` holding the typed parts of the rows fitting plan
-    ``index``."""
+    """The column of ``with_plans`` holding the typed parts of the rows fitting plan ``index``."""
     return f"__typed_{index}"
 
 
@@ -124,14 +123,13 @@ def schema_groups(changes: DataFrame) -> list[SchemaGroup]:
 
 
 def predict_plans(
-    raw: DataFrame, source: SourceConfig, known: Known | None = None
+    messages: DataFrame, source: SourceConfig, known: Known | None = None
 ) -> list[TablePlan]:
-    """Plans of the tables a batch's first messages change (``SAMPLE_ROWS``; at most
-    ``MAX_TYPED_TABLES``, in the order they appear), for the parse to type their rows in its
-    own pass. Tables that cannot be applied, or whose schema changes incompatibly, are left
-    to the plan of the whole batch."""
-    sample = parse_messages(raw.limit(SAMPLE_ROWS), source)
-    changes = sample.where(F.col("kind") == C.KIND_CHANGE)
+    """Plans of the tables the first ``SAMPLE_ROWS`` of ``messages`` (``parse_messages``
+    without plans) change: at most ``MAX_TYPED_TABLES``, in the order they appear, for
+    ``with_plans`` to type the rows that fit them in the parse's own pass. Tables that cannot
+    be applied, or whose schema changes incompatibly, are left to the plan of the whole batch."""
+    changes = messages.limit(SAMPLE_ROWS).where(F.col("kind") == C.KIND_CHANGE)
     plans = plan_tables(schema_groups(changes), source, known)
     usable = [p for p in plans.values() if not p.problem and not p.bad_schemas]
     return usable[:MAX_TYPED_TABLES]

@@ -34,7 +34,7 @@ def split_parsed(
     """Plan, key and type the change records of ``parsed`` per table (keys and types ``known``
     from the change logs are kept); everything that fails goes to the quarantine rows.
 
-    ``typed``: the plans ``parsed`` was made with (``parse.parse_messages``), whose rows it typed
+    ``typed``: the plans ``parsed`` was made with (``parse.with_plans``), whose rows it typed
     already; only the other changes are planned and typed here, each table once (kept in
     ``staging``). ``rest``: false when there are none (then nothing is planned)."""
     typed = typed or []

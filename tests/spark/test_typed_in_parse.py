@@ -176,8 +176,8 @@ def test_the_parse_types_what_fits_the_first_messages_plans(spark, tmp_path, mon
 
     def typed_rows(sample: int) -> dict[str, int]:
         monkeypatch.setattr(normalize, "SAMPLE_ROWS", sample)
-        plans = normalize.predict_plans(raw, SOURCE)
-        parsed = normalize.parse_messages(raw, SOURCE, plans)
+        messages = normalize.parse_messages(raw, SOURCE)
+        parsed = normalize.with_plans(messages, normalize.predict_plans(messages, SOURCE))
         changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
         fitted = changes.where(F.col(normalize.TYPED).isNotNull())
         return {r["table"]: r["count"] for r in fitted.groupBy("table").count().collect()}
