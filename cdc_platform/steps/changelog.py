@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
@@ -211,21 +211,19 @@ def _normalize(
         for plan, data in normalized.tables:
             uri = lake.TableRef(lake.CHANGELOG, source.name, plan.name).uri(warehouse)
             state = lake.TableState(key=plan.key, qualified=plan.qualified)
+            stats = Observation()
             with phase("write.changelog"):
-                version = write(uri, data, state)
+                version = write(uri, data.observe(stats, *_change_stats_columns()), state)
             with phase("normalize.changelog_stats"):
-                ops = data.groupBy("op").agg(
-                    F.count("*").alias("n"), _newest("event_time").alias("t")
-                )
-                counts = ops.collect()
+                ops, newest = _change_stats(stats if version is not None else None, data)
                 sample = data.limit(PREVIEW_ROWS).toArrow()
             result.tables[plan.name] = TableChanges(
                 name=plan.name,
                 qualified=plan.qualified,
                 key=plan.key,
-                ops={r["op"]: r["n"] for r in counts},
+                ops=ops,
                 version=version,
-                max_event_time=_utc(max((r["t"] for r in counts if r["t"]), default=None)),
+                max_event_time=_utc(newest),
                 sample=sample,
             )
         if dates is not None:
@@ -263,6 +261,22 @@ def _normalize(
     finally:
         staging.release()
     return result
+
+
+def _change_stats_columns() -> list[Column]:
+    """A change log's batch counted by op, and its newest event time (epoch microseconds)."""
+    return [
+        *[F.count_if(F.col("op") == op).alias(op) for op in C.OPS],
+        _newest("event_time").alias("newest"),
+    ]
+
+
+def _change_stats(stats: Observation | None, data: DataFrame) -> tuple[dict[str, int], int | None]:
+    """Changes by op and the newest event time (epoch microseconds) of ``data``: observed by
+    its write (``stats``), with no job of their own, or counted by a query when nothing was
+    written (the output had the batch already: a rerun after a crash)."""
+    got = stats.get if stats is not None else data.agg(*_change_stats_columns()).first().asDict()
+    return {op: int(got[op]) for op in C.OPS if got[op]}, got["newest"]
 
 
 def _newest(column: str) -> Column:
