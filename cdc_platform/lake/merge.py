@@ -1,11 +1,11 @@
 """MERGE in Spark, copy-on-write: rows change by rewriting the files that hold them.
 
 A merge reads only the files whose key range (min/max statistics of the first key column)
-holds a key of its batch (a small table whole), keeping each row's file (``FILE_COLUMN``); it
-rewrites the files holding a row it changes, writes new keys to new files, and commits the
-removes and adds in one commit against the version it read. Only file paths and counts reach
-the driver. A commit that loses a race (another writer removed one of its files) is retried
-from the start on the new snapshot: nothing it decided on stale rows is kept.
+holds a key of its batch, keeping each row's file (``FILE_COLUMN``); it rewrites the files
+holding a row it changes, writes new keys to new files, and commits the removes and adds in
+one commit against the version it read. Only file paths and counts reach the driver. A commit
+that loses a race (another writer removed one of its files) is retried from the start on the
+new snapshot: nothing it decided on stale rows is kept.
 """
 
 import os
@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -39,21 +38,15 @@ DROP = "__drop"
 _ACTION = "__action"
 _WAS_FLAGGED = "__was_flagged"
 _ATTEMPTS = 3
-# A table of at most this many rows is read whole by a merge: narrowing its files by key costs a
-# Spark join (about half a second of jobs), more than reading them.
-READ_WHOLE_ROWS = 20_000
 
 
 def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column: str) -> list[str]:
     """Files (paths relative to the table) that may hold a row whose ``column`` is one of
     ``keys``' values (null-safe): those whose [min, max] holds one, those holding nulls in it,
-    and those without statistics. All of a table of at most ``READ_WHOLE_ROWS`` rows."""
+    and those without statistics."""
     actions = add_actions(dt)
     if actions.num_rows == 0:
         return []
-    rows = actions["num_records"]
-    if rows.null_count == 0 and pc.sum(rows).as_py() <= READ_WHOLE_ROWS:
-        return actions["path"].to_pylist()
     low, high, nulls = f"min.{column}", f"max.{column}", f"null_count.{column}"
     if not {low, high, nulls} <= set(actions.column_names):
         return actions["path"].to_pylist()
