@@ -134,8 +134,9 @@ def _differences(new: DataFrame, old: DataFrame, key: list[str]) -> DataFrame:
     ids = [*key, history.START_AT]
     values = [f for f in new.schema.fields if f.name not in ids]
     have = set(old.columns)
+    # As the new rows' types (a column added or widened since): comparable field by field.
     old_values = [
-        F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name)
+        (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
         for f in values
     ]
     n = new.select(*ids, F.struct(*[f.name for f in values]).alias("__new"))

@@ -219,3 +219,30 @@ def test_reprocessing_in_any_order_matches_an_in_order_replay(spark, tmp_path):
     assert [r for r in fewer if r[0] == 4] == [_v(4, "p", "q", 10, None, "r")]
     assert result.versions_removed == 1
     assert _history(spark, shuffled, full_refresh=True) == fewer
+
+
+def test_a_column_added_later_joins_the_history(spark, warehouse):
+    _write(spark, warehouse, "2026-01-01", [
+        _change("c", 1, 1, "a", "b"), _change("c", 2, 2, "x", "y"),
+    ])  # fmt: skip
+    _history(spark, warehouse)
+    # The change log gains column c (an int): key 1 is updated with it, key 2 is not touched.
+    wide = SCHEMA.replace("a:string,b:string>", "a:string,b:string,c:int>")
+    update = ("u", (1,), (1, None, None, None), (1, "a3", "b", 7), None, _seq(3),
+              T0 + timedelta(seconds=3), None)  # fmt: skip
+    df = spark.createDataFrame([update], wide).withColumn("ingest_date", F.lit("2026-01-02"))
+    uri = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
+    lake.overwrite_partitions(
+        df.withColumn("ingest_date", F.col("ingest_date").cast("date")), uri, ["2026-01-02"],
+        state=lake.TableState(key=["id"]),
+    )  # fmt: skip
+    result = update_history(spark, warehouse, "s", TABLE)
+    table = lake.read_arrow(lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse))
+    cols = ["id", "a", "c", "__start_at", "__end_at"]
+    got = sorted(tuple(r[c] for c in cols) for r in table.to_pylist())
+    assert got == [
+        (1, "a", None, _seq(1), _seq(3)), (1, "a3", 7, _seq(3), None),
+        (2, "x", None, _seq(2), None),
+    ]  # fmt: skip
+    # Key 1's first version is closed (changed) and one is added; key 2 is not rewritten.
+    assert (result.versions_written, result.versions_removed, result.rows) == (2, 0, 3)
