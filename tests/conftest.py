@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,6 @@ from pyspark.sql import SparkSession
 
 from cdc_platform import broker
 from cdc_platform.processes import stop_group
-from cdc_platform.spark import connect_server
 from cdc_platform.spark.session import get_spark
 
 # Property and fuzz tests draw the same examples on every run ("ci", the default): a red run means
@@ -134,15 +134,21 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) 
 
 @pytest.fixture(scope="session")
 def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """sc:// address of a Spark Connect server (``cdc-platform spark-server``'s command: this
-    interpreter for Python workers) on a free port; started on first use, stopped at the end."""
+    """sc:// address of a Spark Connect server started as users start it (``cdc-platform
+    spark-server``: this interpreter for Python workers) on a free port; started on first use,
+    stopped at the end."""
     global _connect_url
     port = broker.free_port()
-    log = tmp_path_factory.mktemp("spark-connect") / "server.log"
+    scratch = tmp_path_factory.mktemp("spark-connect")
+    log = scratch / "server.log"
+    (scratch / "sources.yaml").write_text("spark: {master: 'local[2]'}\nsources: []\n")
     # 2 GB: the server shares this 2-core CI machine with the local session's JVM.
-    argv, env = connect_server.command(
-        "local[2]", {**SPARK_CONF, "spark.driver.memory": "2g"}, port
-    )
+    conf = {**SPARK_CONF, "spark.driver.memory": "2g"}
+    argv = [str(Path(sys.executable).parent / "cdc-platform"), "spark-server", "--no-warm-up"]
+    argv += ["--sources", str(scratch / "sources.yaml"), "--port", str(port)]
+    argv += [arg for kv in conf.items() for arg in ("--spark-conf", "=".join(kv))]
+    # Not a client: a [connect] test may have set the variables that would make it one.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SPARK_"))}
     with log.open("wb") as out:
         server = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -1,18 +1,14 @@
 """A Dagster run on a Spark Connect server (``spark.remote``): the run's Spark resource is a thin
-client that needs no JDK; only the server (``cdc-platform spark-server``) does."""
+client that needs no JDK; only the server (``cdc-platform spark-server``, the session's one:
+tests/conftest.py) does."""
 
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from cdc_platform import broker
-from cdc_platform.processes import stop_group
-from tests.conftest import wait_for_port
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,30 +32,12 @@ _CLIENT = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def spark_connect(tmp_path: Path) -> Iterator[str]:
-    """sc:// address of a local Spark Connect server (with the machine's JDK), stopped after."""
-    port = broker.free_port()
-    log = tmp_path / "spark-server.log"
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            [str(Path(sys.executable).parent / "cdc-platform"), "spark-server",
-             "--sources", str(ROOT / "sources.yaml"), "--port", str(port), "--no-warm-up"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
-        wait_for_port(port, server, log, timeout=180)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        stop_group(server, grace=60)
-
-
-def test_a_spark_connect_client_needs_no_jdk(spark_connect, tmp_path):
+def test_a_spark_connect_client_needs_no_jdk(spark_connect_url, tmp_path):
     path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "java").exists()]
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env |= {
         "PATH": os.pathsep.join(path),
-        "CDC_SPARK_REMOTE": spark_connect,
+        "CDC_SPARK_REMOTE": spark_connect_url,
         "CDC_WAREHOUSE": str(tmp_path / "warehouse"),
         "CDC_LANDING": str(tmp_path / "landing"),
     }
