@@ -24,6 +24,7 @@ KIND_CHANGE = "change"  # a row change (or a truncate) of one table
 KIND_CONTROL = "control"  # heartbeat, transaction marker, Kafka tombstone: changes no row
 KIND_DDL = "ddl"  # schema change statement: kept, changes no row
 KIND_ERROR = "error"  # cannot be parsed or applied: goes to quarantine with `reason`
+KINDS = (KIND_CHANGE, KIND_CONTROL, KIND_DDL, KIND_ERROR)
 
 IMAGE = T.MapType(T.StringType(), T.StringType())
 

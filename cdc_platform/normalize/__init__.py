@@ -13,7 +13,7 @@ and coordinates. Writing the outputs, and doing so exactly once, is the step's j
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
@@ -56,16 +56,21 @@ def normalize(
         messages = parse_messages(raw, source)
     with phase("normalize.predict_plans"):
         typed = predict_plans(messages, source, known)
-    with phase("normalize.parse"):
-        parsed = staging.keep(with_plans(messages, typed))
+    # Messages by kind, and changes the parse did not type (planned and typed afterwards):
+    # observed while the parsed messages are kept, with no job of their own.
     untyped = F.col(TYPED).isNull() if typed else F.lit(True)
-    with phase("normalize.count_kinds"):
-        counts = parsed.groupBy("kind", untyped.alias("untyped")).count().collect()
-    kinds: dict[str, int] = {}
-    for r in counts:
-        kinds[r["kind"]] = kinds.get(r["kind"], 0) + r["count"]
-    # Changes the parse did not type are planned and typed afterwards.
-    rest = any(r["untyped"] and r["kind"] == C.KIND_CHANGE for r in counts)
+    counts = Observation()
+    with phase("normalize.parse"):
+        parsed = staging.keep(
+            with_plans(messages, typed).observe(
+                counts,
+                *[F.count_if(F.col("kind") == kind).alias(kind) for kind in C.KINDS],
+                F.count_if((F.col("kind") == C.KIND_CHANGE) & untyped).alias("untyped"),
+            )
+        )
+        observed = counts.get
+    kinds = {kind: int(observed[kind]) for kind in C.KINDS if observed[kind]}
+    rest = bool(observed["untyped"])
     with phase("normalize.split"):
         split = split_parsed(parsed, source, staging, known, typed, rest)
     return Normalized(parsed, kinds, split.tables, split.quarantine)
