@@ -1,35 +1,21 @@
 """The Dagster UI in a real headless browser (Debian's chromium, driven by Playwright): the
 webserver serves the demo code location and a demo table's lineage shows its three layers."""
 
-from collections.abc import Iterator
-
 import pytest
 from playwright.sync_api import sync_playwright
 
-from tests.ui.servers import CHROMIUM_ARGS, chromium, dagster_webserver
+from tests.ui.servers import CHROMIUM_ARGS, chromium
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(scope="module")
-def webserver(tmp_path_factory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("ui")
-    env = {
-        "DAGSTER_HOME": str(tmp),
-        "CDC_WAREHOUSE": str(tmp / "warehouse"),
-        "CDC_LANDING": str(tmp / "landing"),
-    }
-    with dagster_webserver(tmp, env) as url:
-        yield url
-
-
-def test_the_lineage_of_a_demo_table_shows_raw_changelog_and_current(webserver, tmp_path):
+def test_the_lineage_of_a_demo_table_shows_raw_changelog_and_current(ui_stack, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.goto(
-                f"{webserver}/assets/current/shop/customers"
+                f"{ui_stack.dagster_url}/assets/current/shop/customers"
                 "?view=lineage&lineageScope=upstream&lineageDepth=2",
                 timeout=120_000,
             )

@@ -14,13 +14,7 @@ from cdc_platform.defs.resources import build_resources
 from cdc_platform.demo import write_demo_traffic
 from cdc_platform.quality import docs
 from tests.quality.data_docs import CHANGELOG, RUN_ID, build_site
-from tests.ui.servers import (
-    CHROMIUM_ARGS,
-    ROOT,
-    chromium,
-    dagster_webserver,
-    reports_server,
-)
+from tests.ui.servers import CHROMIUM_ARGS, ROOT, chromium, reports_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark]
 DAY = "2026-03-01"
@@ -77,39 +71,26 @@ def test_the_site_is_styled_offline_and_says_what_it_validated(spark, tmp_path):
             browser.close()
 
 
-def test_a_check_in_the_dagster_ui_links_to_its_page(spark, tmp_path, monkeypatch):
-    reports = tmp_path / "reports"
-    site = docs.site_dir(reports)
-    site.mkdir(parents=True)
-    env = {
-        "DAGSTER_HOME": str(tmp_path),
-        "CDC_WAREHOUSE": str(tmp_path / "warehouse"),
-        "CDC_LANDING": str(tmp_path / "landing"),
-        "CDC_REPORTS": str(reports),
-    }
-    with reports_server(site, tmp_path) as reports_url:
-        env["CDC_REPORTS_URL"] = reports_url
-        with dagster_webserver(tmp_path, env) as dagster_url:
-            for k, v in {**env, "CDC_DAGSTER_URL": dagster_url}.items():
-                monkeypatch.setenv(k, v)
-            # One ingest of the demo's shop source, its checks included, in the webserver's
-            # instance.
-            catalog = load_catalog(ROOT / "sources.yaml")
-            write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
-            defs = dg.Definitions.merge(
-                build_source_defs(catalog.source("shop"), catalog),
-                dg.Definitions(resources=build_resources(catalog)),
-            )
-            job = defs.resolve_job_def("shop__ingest")
-            result = job.execute_in_process(partition_key=DAY, instance=dg.DagsterInstance.get())
-            assert result.success
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
-                try:
-                    _follow_the_report_link(browser, dagster_url, reports_url, result.run_id,
-                                            tmp_path)  # fmt: skip
-                finally:
-                    browser.close()
+def test_a_check_in_the_dagster_ui_links_to_its_page(spark, ui_stack, tmp_path, monkeypatch):
+    for k, v in ui_stack.env.items():
+        monkeypatch.setenv(k, v)
+    # One ingest of the demo's shop source, its checks included, in the webserver's instance.
+    catalog = load_catalog(ROOT / "sources.yaml")
+    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    defs = dg.Definitions.merge(
+        build_source_defs(catalog.source("shop"), catalog),
+        dg.Definitions(resources=build_resources(catalog)),
+    )
+    job = defs.resolve_job_def("shop__ingest")
+    result = job.execute_in_process(partition_key=DAY, instance=dg.DagsterInstance.get())
+    assert result.success
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        try:
+            _follow_the_report_link(browser, ui_stack.dagster_url, ui_stack.reports_url,
+                                    result.run_id, tmp_path)  # fmt: skip
+        finally:
+            browser.close()
 
 
 def _follow_the_report_link(browser, dagster_url, reports_url, run_id, tmp_path) -> None:
