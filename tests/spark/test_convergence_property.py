@@ -214,11 +214,11 @@ def _land_date(root: Path, day: str, records: list[Record]) -> None:
     ingest_files(root / "warehouse", SOURCE.name, [(path, path.name)], day, True)
 
 
-def _rows(spark, uri: str) -> list[dict]:
-    """Every row of a table, all columns, in a canonical order."""
-    df = lake.read(spark, uri)
-    rows = [] if df is None else df.toArrow().to_pylist()
-    return sorted(rows, key=repr)
+def _rows(uri: str) -> list[dict]:
+    """Every row of a table, all columns, in a canonical order (read by delta-rs: no Spark job
+    for what only the test looks at)."""
+    table = lake.read_arrow(uri)
+    return sorted([] if table is None else table.to_pylist(), key=repr)
 
 
 def _assert_change_log_is_a_fresh_normalization(spark, root: Path, files: list[list[Record]]):
@@ -229,8 +229,8 @@ def _assert_change_log_is_a_fresh_normalization(spark, root: Path, files: list[l
         _land_date(fresh, day, records)
     normalize_source(spark, fresh / "warehouse", SOURCE, dates)
     for layer, table in ((lake.CHANGELOG, TABLE), (lake.CONTROL, None)):
-        ours = _rows(spark, lake.TableRef(layer, SOURCE.name, table).uri(root / "warehouse"))
-        theirs = _rows(spark, lake.TableRef(layer, SOURCE.name, table).uri(fresh / "warehouse"))
+        ours = _rows(lake.TableRef(layer, SOURCE.name, table).uri(root / "warehouse"))
+        theirs = _rows(lake.TableRef(layer, SOURCE.name, table).uri(fresh / "warehouse"))
         assert ours == theirs, f"{layer} differs from a fresh normalization of raw"
 
 
@@ -256,9 +256,9 @@ def _event_ms(position: tuple[int, int] | None) -> int | None:
     return None if position is None else event_time_ms(position[0])
 
 
-def _lake_history(spark, warehouse: Path) -> list[dict]:
-    df = lake.read(spark, lake.TableRef("history", SOURCE.name, TABLE).uri(warehouse))
-    rows = [] if df is None else df.toArrow().to_pylist()
+def _lake_history(warehouse: Path) -> list[dict]:
+    table = lake.read_arrow(lake.TableRef("history", SOURCE.name, TABLE).uri(warehouse))
+    rows = [] if table is None else table.to_pylist()
     return sorted(
         (
             {c: r.get(c) for c in COLUMNS}
@@ -341,18 +341,18 @@ def _reprocess(spark, files: list[list[Record]], order: list[int], rewrite: Rewr
             assert _lake_rows(spark, warehouse) == current, why
             update_history(spark, warehouse, SOURCE.name, SOURCE.tables[0])
             versions = _model_history(seen)
-            assert _lake_history(spark, warehouse) == versions, why
+            assert _lake_history(warehouse) == versions, why
         _assert_change_log_is_a_fresh_normalization(spark, root, files)
-        incremental = {layer: _rows(spark, _uri(warehouse, layer)) for layer in LAYERS}
+        incremental = {layer: _rows(_uri(warehouse, layer)) for layer in LAYERS}
         merged = merge_current(spark, warehouse, SOURCE.name, TABLE, full_refresh=True)
         _assert_live_balance(merged)
         assert _lake_rows(spark, warehouse) == current, "full refresh differs"
         # Nothing new: the merge changes nothing and its balance still holds.
         _assert_live_balance(merge_current(spark, warehouse, SOURCE.name, TABLE))
         update_history(spark, warehouse, SOURCE.name, SOURCE.tables[0], full_refresh=True)
-        assert _lake_history(spark, warehouse) == versions, "full refresh differs"
+        assert _lake_history(warehouse) == versions, "full refresh differs"
         for layer in LAYERS:
-            rebuilt = _rows(spark, _uri(warehouse, layer))
+            rebuilt = _rows(_uri(warehouse, layer))
             assert incremental[layer] == rebuilt, f"{layer} differs from a full rebuild"
 
 
