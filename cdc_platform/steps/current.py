@@ -51,7 +51,7 @@ _GONE = {C.DELETED_COL: True, C.PARTIAL_NEWEST_COL: False}
 def _rebuild_keys(
     spark: SparkSession,
     cl_uri: str,
-    cur_uri: str,
+    current: DataFrame,
     newest: DataFrame,
     removed: DataFrame | None,
     key: list[str],
@@ -64,8 +64,9 @@ def _rebuild_keys(
     - keys whose current row came from a partial image (TOAST, SharePlex, ignored nulls) take
       some values from older changes, so a late older change can still fill them;
     - keys of change records a reprocessed partition no longer holds (``removed``): their effect
-      must go. A key with no change left is deleted from the table (``DROP``)."""
-    current = lake.read(spark, cur_uri)
+      must go. A key with no change left is deleted from the table (``DROP``).
+
+    ``current``: the current table's rows that may hold a key of ``newest``."""
     wanted = []
     if C.PARTIAL_NEWEST_COL in current.columns:
         fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
@@ -175,18 +176,24 @@ def merge_current(
             replace(state, truncated_before=truncated_before, rows=[live, deleted]),
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
+    known = None
     if merging:
-        newest = apply.relative_to(newest, lake.read(spark, cur_uri), key)
+        # The files that may hold a key the batch touches (or a removed change record did):
+        # found once, and every read of the current table below reads only them, so a merge
+        # costs what its batch touches, not the table.
+        with phase("merge.candidate_files"):
+            touching = batch if removed is None else batch.unionByName(removed)
+            keys = history.touched_keys(touching, key).select("key.*")
+            known = lake.candidates(spark, cur_uri, keys, key)
+        current = lake.rows_of_keys(spark, cur_uri, keys, key, known)
+        newest = apply.relative_to(newest, current, key)
         newest = _rebuild_keys(
-            spark, cl_uri, cur_uri, newest, removed, key, truncated_before, options
+            spark, cl_uri, current, newest, removed, key, truncated_before, options
         )
     else:
         newest = apply.without_working_columns(newest)
     newest = newest.persist(PERSIST_LEVEL)
     try:
-        # The files that may hold the batch's keys: found once for both reads of them below.
-        with phase("merge.candidate_files"):
-            known = lake.candidates(spark, cur_uri, newest, key) if merging else None
         with phase("merge.live_effect"):
             made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging, known)
         if full_refresh:
