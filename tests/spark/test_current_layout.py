@@ -8,9 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, WriterProperties, write_deltalake
+from pyspark.sql import functions as F
 
 from cdc_platform import lake
 from cdc_platform.lake import commit
+from cdc_platform.steps.current import merge_current
 
 pytestmark = pytest.mark.spark
 
@@ -149,8 +151,6 @@ def test_a_merge_is_one_commit_and_a_no_op_merge_one_empty_one(spark, tmp_path):
 
 def _changes(spark, ids, op: str, seq: int):
     """Change-log rows (op, key, images, sequence) for ``ids``."""
-    from pyspark.sql import functions as F
-
     after = F.struct(F.col("id"), F.lit(f"{seq}").alias("v"))
     return spark.createDataFrame([(int(i),) for i in ids], "id bigint").select(
         F.lit(op).alias("op"),
@@ -167,8 +167,6 @@ def _changes(spark, ids, op: str, seq: int):
 def test_a_merge_reads_only_the_files_that_may_hold_its_keys(spark, tmp_path):
     # A merge's cost follows its batch, not the table: with the data file of the lowest keys
     # gone from disk, a batch of the highest keys still merges (no step reads the whole table).
-    from cdc_platform.steps.current import merge_current
-
     warehouse = tmp_path / "warehouse"
     log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
     props = lake.properties(lake.TableState(key=["id"], qualified="t"))
