@@ -154,10 +154,11 @@ def current_frame(
     read), just the rows of their keys among those. The check costs what the merge changed, not
     the table (a rewritten file is read, not validated row by row)."""
     uri = lake.TableRef(lake.CURRENT, source, table).uri(warehouse)
-    df = lake.read(spark, uri)
-    if df is None:
+    if not lake.exists(uri):
         return None
-    if written is not None:
+    if written is None:
+        df = lake.read(spark, uri)
+    else:
         df = lake.read(spark, uri, only_files=lake.files_sharing_keys(uri, written, key[0]))
         if changes is not None:
             log = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)

@@ -11,7 +11,9 @@ from deltalake import DeltaTable, WriterProperties, write_deltalake
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
+from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.lake import commit
+from cdc_platform.quality import validations
 from cdc_platform.steps.current import merge_current
 
 pytestmark = pytest.mark.spark
@@ -164,9 +166,10 @@ def _changes(spark, ids, op: str, seq: int):
     )
 
 
-def test_a_merge_reads_only_the_files_that_may_hold_its_keys(spark, tmp_path):
+def test_a_merge_and_its_checks_read_only_the_files_that_may_hold_its_keys(spark, tmp_path):
     # A merge's cost follows its batch, not the table: with the data file of the lowest keys
-    # gone from disk, a batch of the highest keys still merges (no step reads the whole table).
+    # gone from disk, a batch of the highest keys still merges and passes its checks (no step
+    # reads, or lists, the whole table).
     warehouse = tmp_path / "warehouse"
     log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
     props = lake.properties(lake.TableState(key=["id"], qualified="t"))
@@ -182,3 +185,11 @@ def test_a_merge_reads_only_the_files_that_may_hold_its_keys(spark, tmp_path):
     lake.append(batch, log, partition_by=[lake.PARTITION_COLUMN], props=props)
     merged = merge_current(spark, warehouse, "s", "t")
     assert (merged.updated, merged.inserted, merged.rows) == (10, 10, 20_010)
+    balance = {"live_before": merged.live_before, "made_live": merged.made_live,
+               "made_dead": merged.made_dead, "truncated_live": merged.truncated_live,
+               "live_after": merged.rows}  # fmt: skip
+    source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])
+    runs = validations.validate_current(
+        spark, warehouse, source, "t", balance, merged.written, merged.merged_changes
+    )
+    assert [run.success for run in runs] == [True, True]
