@@ -3,9 +3,11 @@
 A merge reads only the files whose key range (min/max statistics of the first key column)
 holds a key of its batch, keeping each row's file (``FILE_COLUMN``); it rewrites the files
 holding a row it changes, writes new keys to new files, and commits the removes and adds in
-one commit against the version it read. Only file paths and counts reach the driver. A commit
-that loses a race (another writer removed one of its files) is retried from the start on the
-new snapshot: nothing it decided on stale rows is kept.
+one commit against the version it read, with the table's small files once they are many
+(``small_files``: a day of small runs would otherwise leave a file per run). Only file paths
+and counts reach the driver. A commit that loses a race (another writer removed one of its
+files) is retried from the start on the new snapshot: nothing it decided on stale rows is
+kept.
 """
 
 import os
@@ -38,6 +40,11 @@ DROP = "__drop"
 _ACTION = "__action"
 _WAS_FLAGGED = "__was_flagged"
 _ATTEMPTS = 3
+# Each run that inserts keys writes them to a file of their own: a day of small runs would
+# leave thousands of tiny files, and every read that lists them (a Spark read lists its files)
+# would cost more with each. A rewrite folds the small files in once there are this many.
+COMPACT_AT = 32
+SMALL_FILE_FRACTION = 8  # a file under ROWS_PER_FILE / 8 rows is small
 
 
 def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column: str) -> list[str]:
@@ -135,6 +142,29 @@ def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:
     return sorted({*files, *shared})
 
 
+def small_files(dt: DeltaTable, rewritten: set[str]) -> tuple[list[str], int]:
+    """The small files a rewrite folds in, and their rows: none until the table holds
+    ``COMPACT_AT`` small files besides ``rewritten`` (fewer than ``SMALL_FILE_ROWS`` rows each),
+    then the smallest of them up to ``ROWS_PER_FILE`` rows in all (at least two)."""
+    actions = add_actions(dt).select(["path", "num_records"]).to_pylist()
+    small = sorted(
+        (a["num_records"], a["path"])
+        for a in actions
+        if a["path"] not in rewritten
+        and a["num_records"] is not None
+        and a["num_records"] < C.ROWS_PER_FILE // SMALL_FILE_FRACTION
+    )
+    if len(small) < COMPACT_AT:
+        return [], 0
+    chosen, total = [], 0
+    for n, path in small:
+        if len(chosen) >= 2 and total + n > C.ROWS_PER_FILE:
+            break
+        chosen.append(path)
+        total += n
+    return chosen, total
+
+
 def _rewrite(
     uri: str,
     dt: DeltaTable,
@@ -143,10 +173,20 @@ def _rewrite(
     key: list[str],
     state: TableState | None,
     rows_hint: int,
+    compact: bool,
 ) -> int:
-    """Write ``rows`` (sorted by key) and commit them with the removes of ``rewritten``."""
-    schema = C.evolve(rows.sparkSession, uri, C.arrow_of(rows))
-    out = C.sorted_by_key(C.conform(rows, schema), key, rows_hint)
+    """Write ``rows`` (sorted by key) and commit them with the removes of ``rewritten``. With
+    ``compact``, the table's small files (``small_files``) are rewritten with them, unchanged,
+    into files of ``ROWS_PER_FILE`` rows."""
+    spark = rows.sparkSession
+    schema = C.evolve(spark, uri, C.arrow_of(rows))
+    out = C.conform(rows, schema)
+    folded, folded_rows = small_files(dt, rewritten) if compact else ([], 0)
+    if folded:
+        paths = [absolute_path(uri, f) for f in folded]
+        out = out.unionByName(C.conform(read(spark, uri, only_files=paths), schema))
+        rewritten, rows_hint = rewritten | set(folded), rows_hint + folded_rows
+    out = C.sorted_by_key(out, key, rows_hint)
     adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
     removes = data_files.removes(add_actions(dt), rewritten)
     return C.commit(
@@ -287,7 +327,7 @@ def upsert_newer(
                 | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
             ).drop(FILE_COLUMN, _ACTION, _WAS_FLAGGED)
             if inserted or rewritten:
-                _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), inserted + kept)
+                _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), inserted + kept, True)
             else:
                 C.record_state(uri, recorded(metrics))
         finally:
@@ -319,10 +359,13 @@ def replace_keys(
     key: list[str],
     state: TableState | None,
     count: int | None = None,
+    compact: bool = False,
 ) -> tuple[int, int]:
     """Replace every row whose ``key`` is one of ``keys`` (a frame of key columns; null-safe)
     by ``rows`` (``count`` of them, when known), in one commit recording ``state``; a new table
-    is created from ``rows``. Returns (rows written, rows of those keys replaced)."""
+    is created from ``rows``. ``compact``: fold the table's small files in (``_rewrite``), for
+    a table no reader takes apart by its files (not a change log). Returns (rows written, rows
+    of those keys replaced)."""
     if not exists(uri):
         rows = rows.persist(PERSIST_LEVEL)
         try:
@@ -348,7 +391,7 @@ def replace_keys(
             rewritten, removed, kept = _hits(marked)
             survivors = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
             out = survivors.drop(FILE_COLUMN, "__hit").unionByName(rows, allowMissingColumns=True)
-            _rewrite(uri, dt, out, rewritten, key, state, inserted + kept)
+            _rewrite(uri, dt, out, rewritten, key, state, inserted + kept, compact)
         finally:
             marked.unpersist()
         return inserted, removed

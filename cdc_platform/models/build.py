@@ -160,7 +160,9 @@ def build_model(
     result.input_rows = {k: v["changed_rows"] for k, v in new_marks.items()}
     if merge:
         key = model.unique_key
-        written, replaced = lake.replace_keys(spark, uri, df, df.select(*key), key, new_state)
+        written, replaced = lake.replace_keys(
+            spark, uri, df, df.select(*key), key, new_state, compact=True
+        )
         result.metrics = {
             "num_target_rows_inserted": written - replaced,
             "num_target_rows_updated": replaced,

@@ -74,7 +74,8 @@ def update_history(
         try:
             written = rows.count()
             removed = lake.row_count(h_uri)
-            lake.replace(rows, h_uri, new_state)
+            # Sorted by key, as a merge's rewrites keep it: a key's rows are in few files.
+            lake.replace(rows, h_uri, new_state, key=key, rows=written)
         finally:
             rows.unpersist()
         return HistoryResult(h_uri, written, removed, written, lake.version(h_uri), cl_version)
@@ -95,7 +96,9 @@ def update_history(
             changed_keys = per_key.select(*key)
             if written or removed:
                 rows = new.join(changed_keys, key, "left_semi")
-                lake.replace_keys(spark, h_uri, rows, changed_keys, key, new_state, versions)
+                lake.replace_keys(
+                    spark, h_uri, rows, changed_keys, key, new_state, versions, compact=True
+                )
             else:
                 lake.record_state(h_uri, new_state)
         finally:

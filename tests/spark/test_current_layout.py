@@ -12,9 +12,10 @@ from pyspark.sql import functions as F
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig, TableConfig
-from cdc_platform.lake import commit
+from cdc_platform.lake import commit, merge
 from cdc_platform.quality import validations
 from cdc_platform.steps.current import merge_current
+from cdc_platform.steps.history import update_history
 
 pytestmark = pytest.mark.spark
 
@@ -193,3 +194,43 @@ def test_a_merge_and_its_checks_read_only_the_files_that_may_hold_its_keys(spark
         spark, warehouse, source, "t", balance, merged.written, merged.merged_changes
     )
     assert [run.success for run in runs] == [True, True]
+
+
+def test_small_files_are_folded_into_a_rewrite_once_they_are_many(spark, tmp_path, monkeypatch):
+    # Every run that inserts keys writes a small file of its own; once a table holds COMPACT_AT
+    # of them, the next rewrite folds them in, so files (and every read that lists them) stay
+    # bounded over a day of runs. The rows are those of a rebuild, for current and history.
+    monkeypatch.setattr(merge, "COMPACT_AT", 2)
+    warehouse = tmp_path / "warehouse"
+    log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
+    props = lake.properties(lake.TableState(key=["id"], qualified="t"))
+    table = TableConfig(name="t")
+    first = _changes(spark, range(1000), "c", 1)
+    lake.append(first, log, partition_by=[lake.PARTITION_COLUMN], props=props)
+    merge_current(spark, warehouse, "s", "t")
+    update_history(spark, warehouse, "s", table)
+    most = {}
+    for run in range(2, 5):
+        # Two new keys each run: a file of their own, unless small files are folded in.
+        batch = _changes(spark, [1000 + 2 * run, 1001 + 2 * run], "c", run)
+        lake.append(batch, log, partition_by=[lake.PARTITION_COLUMN], props=props)
+        merge_current(spark, warehouse, "s", "t")
+        update_history(spark, warehouse, "s", table)
+        for layer in (lake.CURRENT, lake.HISTORY):
+            files = len(lake.files(lake.TableRef(layer, "s", "t").uri(warehouse)))
+            most[layer] = max(most.get(layer, 0), files)
+    current = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
+    history = lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse)
+    # Without folding, each run adds a file: 1 + 3 after three runs. The third folds the two
+    # small files in with its own rows.
+    assert most == {lake.CURRENT: 3, lake.HISTORY: 3}
+    assert len(lake.files(current)) == len(lake.files(history)) == 2
+    got = {n: _sorted_rows(u) for n, u in (("current", current), ("history", history))}
+    merge_current(spark, warehouse, "s", "t", full_refresh=True)
+    update_history(spark, warehouse, "s", table, full_refresh=True)
+    assert got == {n: _sorted_rows(u) for n, u in (("current", current), ("history", history))}
+    assert lake.state(current).rows == [1006, 0]
+
+
+def _sorted_rows(uri: str) -> list[dict]:
+    return sorted(lake.read_arrow(uri).to_pylist(), key=lambda r: [str(v) for v in r.values()])
