@@ -12,7 +12,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-landing \
+.PHONY: install browser demo test test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -118,8 +118,9 @@ bench-sweep: install
 	$(BIN)/python bench/soak.py --transports $(TRANSPORTS) --sweep $(SWEEP) --minutes 3 \
 		--settle 60 --plot docs/sweep-$(TRANSPORTS).png
 
-bench-landing: install
-	$(BIN)/python bench/landing_day.py
+# Every step of a live run at the start and at the end of a day of 2,880 small landing files.
+bench-day: install
+	$(BIN)/python bench/live_day.py
 
 # Where a live run's time goes, and its cost as fixed + per_event x events (the demo stack).
 bench-profile: install

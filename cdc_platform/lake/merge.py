@@ -144,8 +144,9 @@ def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:
 
 def small_files(dt: DeltaTable, rewritten: set[str]) -> tuple[list[str], int]:
     """The small files a rewrite folds in, and their rows: none until the table holds
-    ``COMPACT_AT`` small files besides ``rewritten`` (fewer than ``SMALL_FILE_ROWS`` rows each),
-    then the smallest of them up to ``ROWS_PER_FILE`` rows in all (at least two)."""
+    ``COMPACT_AT`` small files besides ``rewritten`` (each under ``ROWS_PER_FILE /
+    SMALL_FILE_FRACTION`` rows), then the smallest of them up to ``ROWS_PER_FILE`` rows in all
+    (at least two)."""
     actions = add_actions(dt).select(["path", "num_records"]).to_pylist()
     small = sorted(
         (a["num_records"], a["path"])
