@@ -75,6 +75,7 @@ from cdc_platform.lake.tables import (
     read,
     read_arrow,
     row_count,
+    stat_range,
     state,
     tables_under,
     version,
@@ -91,6 +92,7 @@ __all__ = [
     "files_sharing_keys", "image_types", "kafka_app_id", "kafka_batches", "kafka_offsets",
     "kafka_stored_offsets", "max_stat", "normalized_raw_version",
     "overwrite_partitions", "partition_row_counts", "properties", "quoted", "read", "read_arrow",
-    "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging", "state",
-    "TableRef", "TableState", "tables_under", "upsert_newer", "vacuum", "version",
+    "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
+    "stat_range", "state", "TableRef", "TableState", "tables_under", "upsert_newer", "vacuum",
+    "version",
 ]  # fmt: skip

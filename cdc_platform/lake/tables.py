@@ -83,6 +83,8 @@ class TableState:
     rows: list[int] | None = None  # current: [live rows, tombstones]
     # history: the change log's truncates, [sequence, event time (epoch us), copies]
     truncates: list[list[Any]] | None = None
+    # history: the newest change-log sequence applied, when every file had bounds for it
+    newest_sequence: str | None = None
     model: str | None = None  # models: the model's name, its code version, its inputs' marks
     code_version: str | None = None
     inputs: dict[str, Any] | None = None
@@ -259,6 +261,25 @@ def max_stat(uri: str, column: str, at_version: int | None = None) -> Any:
     actions = add_actions(DeltaTable(uri, version=at_version))
     name = f"max.{column}"
     return pc.max(actions[name]).as_py() if name in actions.column_names else None
+
+
+def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[Any, Any] | None:
+    """The smallest and largest value of ``column`` over the snapshot's data files (or just
+    ``files``, as ``files`` names them), from their statistics (no data read); None when the
+    table is absent or empty, or one of those files has no bounds for it."""
+    if not exists(uri):
+        return None
+    actions = add_actions(DeltaTable(uri))
+    low, high = f"min.{column}", f"max.{column}"
+    if not {low, high} <= set(actions.column_names):
+        return None
+    if files is not None:
+        wanted = {os.path.abspath(f.removeprefix("file://")) for f in files}
+        paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
+        actions = actions.filter(pa.array([p in wanted for p in paths], pa.bool_()))
+    if actions.num_rows == 0 or actions[low].null_count or actions[high].null_count:
+        return None
+    return pc.min(actions[low]).as_py(), pc.max(actions[high]).as_py()
 
 
 def row_count(uri: str) -> int:

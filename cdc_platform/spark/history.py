@@ -2,7 +2,8 @@
 
 A key's events are ordered by ``sequence`` only, so the result depends on the set of events and
 never on arrival: callers recompute a key's whole history from the whole change log, and late,
-repeated or shuffled batches give the history of one in-order replay.
+repeated or shuffled batches give the history of one in-order replay. Events all newer than a
+key's old ones may instead follow its open version (``seed_events``).
 
 Everything is window functions over one partitioning (the key) and one order (the sequence):
 Spark shuffles and sorts once, with no Python per row.
@@ -71,17 +72,21 @@ def history_rows(
     ignore_null_updates: bool = False,
     keys: DataFrame | None = None,
     truncates: list[tuple[str, int | None]] | None = None,
+    seeds: DataFrame | None = None,
 ) -> DataFrame:
     """History rows of the keys in ``changelog`` (or only of ``keys``, a ``touched_keys`` frame):
-    user columns, then ``HISTORY_META``. ``changelog`` must hold every event of those keys;
-    ``tracked``: the columns whose changes open a new version; ``truncates``: the change log's
-    ``truncates_of`` (collected here when not given)."""
+    user columns, then ``HISTORY_META``. ``changelog`` must hold every event of those keys, or
+    every event newer than their ``seeds`` (``seed_events``: a key's open version, standing in
+    for the events before); ``tracked``: the columns whose changes open a new version;
+    ``truncates``: the change log's ``truncates_of`` (collected here when not given)."""
     columns = [f.name for f in changelog.schema["after"].dataType.fields]
     values = [c for c in columns if c not in key]
     tracked_idx = [i for i, c in enumerate(values) if c in tracked]
     if truncates is None:
         truncates = truncates_of(truncate_counts(changelog))
     events = _events(changelog, key, keys, truncates)
+    if seeds is not None:
+        events = events.unionByName(seeds)
     # Every window partitions by key and orders by sequence: Spark shuffles and sorts once.
     # Until duplicates are dropped, a fixed tie-break makes the pick among them stable.
     tie = Window.partitionBy("__k").orderBy("__seq", "__op", "__image", "__present")
@@ -141,6 +146,29 @@ def history_rows(
         F.col("__del").alias(IS_DELETED),
         F.col("__start.__op").alias(OP),
     )
+
+
+def seed_events(versions: DataFrame, changelog: DataFrame, key: list[str]) -> DataFrame:
+    """One event per open, live history row of ``versions``: at the sequence and time that
+    opened it, with its values as a whole image. Followed by events all newer than the key's
+    old ones, it gives the versions those old events and the new ones give (``history_rows``):
+    the values carried so far are the open version's. A key whose last version is a delete
+    has no seed (a delete first adds nothing)."""
+    after = changelog.schema["after"].dataType
+    have = set(versions.columns)
+    image = F.struct(
+        *[
+            (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in after.fields
+        ]
+    )
+    return versions.where(F.col(IS_CURRENT) & ~F.col(IS_DELETED)).select(
+        _event(
+            F.struct(*[F.col(f"`{k}`") for k in key]).cast(changelog.schema["key"].dataType),
+            F.col(START_AT), F.col(START_TIME), F.col(OP), F.lit(False), image,
+            F.lit(None).cast("array<string>"),
+        ).alias("e")
+    ).select("e.*")  # fmt: skip
 
 
 def _int(name: str) -> Column:

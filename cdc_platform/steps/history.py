@@ -4,6 +4,7 @@ removed files touch."""
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,9 +37,12 @@ def update_history(
     The keys that the change-log files added or removed since the last run touch get their whole
     history recomputed from the whole change log, and their rows replaced in one commit that also
     records the change-log version: reruns, late and shuffled partitions all converge on the
-    history of one in-order replay. When the change log's truncates change (one came or went),
-    or with ``full_refresh``, every key is recomputed. The history's state counts the truncates,
-    updated from the changed files alone.
+    history of one in-order replay. When every added change is newer than every change applied
+    (``newest_sequence`` in the state, from file statistics) and none was removed, as in live
+    operation, their open versions stand in for the old changes (``_extended``): a run then
+    reads its batch and those keys' history rows, not the whole change log. When the change
+    log's truncates change (one came or went), or with ``full_refresh``, every key is
+    recomputed. The history's state counts the truncates, updated from the changed files alone.
     """
 
     cl_uri = lake.TableRef(lake.CHANGELOG, source, table.name).uri(warehouse)
@@ -51,22 +55,23 @@ def update_history(
     applied = state.changelog_version
     if applied == cl_version:
         return HistoryResult(h_uri, 0, 0, lake.row_count(h_uri), lake.version(h_uri), cl_version)
-    changelog = lake.read(spark, cl_uri)
-    columns = [f.name for f in changelog.schema["after"].dataType.fields]
-    tracked = table.tracked_columns([c for c in columns if c not in key])
+    tracked = table.tracked_columns([c for c in lake.image_types(cl_uri) if c not in key])
     changes = _changes_since(spark, cl_uri, applied, state)
     if changes is None:  # first run, full refresh, or old files vacuumed: count them all
-        counts = history.truncate_counts(changelog)
+        counts = history.truncate_counts(lake.read(spark, cl_uri))
     else:
         counts = _recorded_truncates(state)
-        counts.update(history.truncate_counts(*changes))
+        counts.update(history.truncate_counts(changes.added, changes.gone))
     truncates = history.truncates_of(counts)
+    bounds = lake.stat_range(cl_uri, "sequence")
     new_state = lake.TableState(
         key=key,
         changelog_version=cl_version,
         truncates=[[seq, us, n] for (seq, us), n in sorted(counts.items()) if n > 0],
+        newest_sequence=bounds[1] if bounds else None,
     )
     if changes is None or truncates != history.truncates_of(_recorded_truncates(state)):
+        changelog = lake.read(spark, cl_uri)
         # Every key is recomputed (a truncate that came or went can change any key).
         rows = history.history_rows(
             changelog, key, tracked, table.ignore_null_updates, truncates=truncates
@@ -79,13 +84,20 @@ def update_history(
         finally:
             rows.unpersist()
         return HistoryResult(h_uri, written, removed, written, lake.version(h_uri), cl_version)
-    added, gone = changes
+    added, gone = changes.added, changes.gone
     touched = added if gone is None else added.unionByName(gone)
     affected = history.touched_keys(touched, key)
-    new = history.history_rows(
-        changelog, key, tracked, table.ignore_null_updates, affected, truncates
-    ).persist(PERSIST_LEVEL)
     old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi")
+    if _in_order(cl_uri, changes, state):
+        # Every new change is newer than every change applied: the keys' open versions stand
+        # in for their old changes, and the whole change log is not read.
+        new = _extended(old, added, key, tracked, table.ignore_null_updates, affected, truncates)
+    else:
+        changelog = lake.read(spark, cl_uri)
+        new = history.history_rows(
+            changelog, key, tracked, table.ignore_null_updates, affected, truncates
+        )
+    new = new.persist(PERSIST_LEVEL)
     try:
         # Per key: versions that are new or differ, versions (by key and start) that are gone,
         # and its versions now. Only the keys with a difference are rewritten.
@@ -110,12 +122,18 @@ def update_history(
     )
 
 
+class _Changes(NamedTuple):
+    added: DataFrame  # the change-log rows of the files added since the applied version
+    gone: DataFrame | None  # of the files removed since (None: none)
+    added_files: list[str]
+
+
 def _changes_since(
     spark: SparkSession, cl_uri: str, applied: int | None, state: lake.TableState
-) -> tuple[DataFrame, DataFrame | None] | None:
-    """The change-log files added since version ``applied`` and those removed (None: none),
-    read; None when that cannot be told (first run, vacuumed versions or files) or the history
-    has no count of its truncates to update (recorded by an older release)."""
+) -> _Changes | None:
+    """The change-log files added since version ``applied`` and those removed, read; None when
+    that cannot be told (first run, vacuumed versions or files) or the history has no count of
+    its truncates to update (recorded by an older release)."""
     if applied is None or not isinstance(state.truncates, list):
         return None
     added = lake.files_added_since(cl_uri, applied)
@@ -123,7 +141,62 @@ def _changes_since(
     if added is None or removed is None:
         return None
     gone = lake.read(spark, cl_uri, only_files=removed) if removed else None
-    return lake.read(spark, cl_uri, only_files=added), gone
+    return _Changes(lake.read(spark, cl_uri, only_files=added), gone, added)
+
+
+def _in_order(cl_uri: str, changes: _Changes, state: lake.TableState) -> bool:
+    """Whether every added change is newer than every change applied before (from the files'
+    statistics), and none was removed."""
+    if changes.gone is not None or state.newest_sequence is None or not changes.added_files:
+        return False
+    bounds = lake.stat_range(cl_uri, "sequence", changes.added_files)
+    return bounds is not None and bounds[0] > state.newest_sequence
+
+
+def _extended(
+    old: DataFrame,
+    added: DataFrame,
+    key: list[str],
+    tracked: list[str],
+    ignore_null_updates: bool,
+    affected: DataFrame,
+    truncates: list[tuple[str, int | None]],
+) -> DataFrame:
+    """The whole history of the ``affected`` keys when every ``added`` change is newer than
+    their ``old`` history rows: the closed versions as they are; the open, live ones and the
+    new ones from the open versions (``history.seed_events``) and the new changes; an open
+    delete closed by the key's first new version."""
+    seeds = history.seed_events(old, added, key)
+    tail = history.history_rows(
+        added, key, tracked, ignore_null_updates, affected, truncates, seeds
+    )
+    first = tail.groupBy(*key).agg(
+        F.min(F.struct(history.START_AT, history.START_TIME)).alias("__first")
+    )
+    open_delete = F.col(history.IS_CURRENT) & F.col(history.IS_DELETED)
+    closed = F.col("__first").isNotNull()
+    deletes = (
+        old.where(open_delete)
+        .join(first, key, "left")
+        .withColumns(
+            {
+                history.END_AT: F.when(closed, F.col(f"__first.{history.START_AT}")),
+                history.END_TIME: F.when(closed, F.col(f"__first.{history.START_TIME}")),
+                history.IS_CURRENT: ~closed,
+            }
+        )
+        .drop("__first")
+    )
+    kept = old.where(~F.col(history.IS_CURRENT)).unionByName(deletes)
+    # In the new rows' types (a column added or widened since the old ones were written).
+    have = set(kept.columns)
+    kept = kept.select(
+        *[
+            (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in tail.schema.fields
+        ]
+    )
+    return kept.unionByName(tail)
 
 
 def _recorded_truncates(state: lake.TableState) -> Counter[tuple[str, int | None]]:

@@ -2,6 +2,7 @@
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -246,3 +247,49 @@ def test_a_column_added_later_joins_the_history(spark, warehouse):
     ]  # fmt: skip
     # Key 1's first version is closed (changed) and one is added; key 2 is not rewritten.
     assert (result.versions_written, result.versions_removed, result.rows) == (2, 0, 3)
+
+
+IN_ORDER = {
+    "2026-01-01": [
+        _change("c", 1, 1, "a1", "b1"), _change("c", 2, 2, "x", "y"), _change("c", 3, 3, "p", "q"),
+        _change("u", 4, 1, "a1", "b2"), _change("d", 5, 3),
+    ],
+    "2026-01-02": [  # a tracked change; a delete of a deleted key; a partial image
+        _change("u", 6, 1, "a2", "b2"), _change("d", 7, 3),
+        _change("u", 8, 2, "z", None, ["id", "a"]),
+    ],
+    "2026-01-03": [  # a re-insert; a key change; an update with a null, delivered twice
+        _change("c", 9, 3, "r", "s"), _change("u", 10, 4, "z", "y", before_id=2),
+        _change("u", 11, 1, "a2", None), _change("u", 11, 1, "a2", None),
+    ],
+    "2026-01-04": [
+        _change("d", 12, 1), _change("c", 13, 5, "m", "n"), _change("u", 14, 3, "r", "t"),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "table",
+    [TABLE, TableConfig(name="t", history=True, track_history_column_list=["a"],
+                        ignore_null_updates=True)],
+    ids=["all-columns", "tracked-a-ignoring-nulls"],
+)  # fmt: skip
+def test_in_order_batches_extend_the_history_without_reading_old_changes(spark, tmp_path, table):
+    # Every batch newer than all changes applied: the keys' open versions stand in for their
+    # old changes. With the change log's first two days gone from disk, the last batch still
+    # gives the history of a rebuild from every change.
+    whole = tmp_path / "whole"
+    for day, changes in IN_ORDER.items():
+        _write(spark, whole, day, changes)
+    expected = _history(spark, whole, table, full_refresh=True)
+
+    batches = tmp_path / "batches"
+    for day, changes in IN_ORDER.items():
+        _write(spark, batches, day, changes)
+        if day == "2026-01-04":
+            log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(batches)
+            for old in ("2026-01-01", "2026-01-02"):
+                for path in (Path(log) / f"ingest_date={old}").glob("*.parquet"):
+                    path.unlink()
+        _history(spark, batches, table)
+    assert _rows(spark, batches) == expected
