@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
@@ -88,6 +88,7 @@ def update_history(
     touched = added if gone is None else added.unionByName(gone)
     affected = history.touched_keys(touched, key)
     old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi")
+    old = old.persist(PERSIST_LEVEL)  # the touched keys' rows: read by every step below
     if _in_order(cl_uri, changes, state):
         # Every new change is newer than every change applied: the keys' open versions stand
         # in for their old changes, and the whole change log is not read.
@@ -117,6 +118,7 @@ def update_history(
             per_key.unpersist()
     finally:
         new.unpersist()
+        old.unpersist()
     return HistoryResult(
         h_uri, written, removed, lake.row_count(h_uri), lake.version(h_uri), cl_version
     )
@@ -170,33 +172,32 @@ def _extended(
     tail = history.history_rows(
         added, key, tracked, ignore_null_updates, affected, truncates, seeds
     )
-    first = tail.groupBy(*key).agg(
-        F.min(F.struct(history.START_AT, history.START_TIME)).alias("__first")
-    )
-    open_delete = F.col(history.IS_CURRENT) & F.col(history.IS_DELETED)
-    closed = F.col("__first").isNotNull()
-    deletes = (
-        old.where(open_delete)
-        .join(first, key, "left")
-        .withColumns(
-            {
-                history.END_AT: F.when(closed, F.col(f"__first.{history.START_AT}")),
-                history.END_TIME: F.when(closed, F.col(f"__first.{history.START_TIME}")),
-                history.IS_CURRENT: ~closed,
-            }
-        )
-        .drop("__first")
-    )
-    kept = old.where(~F.col(history.IS_CURRENT)).unionByName(deletes)
     # In the new rows' types (a column added or widened since the old ones were written).
-    have = set(kept.columns)
-    kept = kept.select(
+    have = set(old.columns)
+    old = old.select(
         *[
             (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
             for f in tail.schema.fields
         ]
     )
-    return kept.unionByName(tail)
+    is_current, is_deleted = F.col(history.IS_CURRENT), F.col(history.IS_DELETED)
+    rows = (
+        old.where(~is_current | is_deleted)
+        .withColumn("__open_delete", is_current)
+        .unionByName(tail.withColumn("__open_delete", F.lit(False)))
+    )
+    # An open delete is closed by the key's next version, if the new changes opened one.
+    following = Window.partitionBy(*key).orderBy(history.START_AT)
+    next_at = F.lead(history.START_AT).over(following)
+    next_time = F.lead(history.START_TIME).over(following)
+    open_delete = F.col("__open_delete")
+    return rows.withColumns(
+        {
+            history.END_AT: F.when(open_delete, next_at).otherwise(F.col(history.END_AT)),
+            history.END_TIME: F.when(open_delete, next_time).otherwise(F.col(history.END_TIME)),
+            history.IS_CURRENT: F.when(open_delete, next_at.isNull()).otherwise(is_current),
+        }
+    ).drop("__open_delete")
 
 
 def _recorded_truncates(state: lake.TableState) -> Counter[tuple[str, int | None]]:
