@@ -89,17 +89,20 @@ def update_history(
     affected = history.touched_keys(touched, key)
     old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi")
     old = old.persist(PERSIST_LEVEL)  # the touched keys' rows: read by every step below
-    if _in_order(cl_uri, changes, state):
-        # Every new change is newer than every change applied: the keys' open versions stand
-        # in for their old changes, and the whole change log is not read.
-        new = _extended(old, added, key, tracked, table.ignore_null_updates, affected, truncates)
-    else:
-        changelog = lake.read(spark, cl_uri)
-        new = history.history_rows(
-            changelog, key, tracked, table.ignore_null_updates, affected, truncates
-        )
-    new = new.persist(PERSIST_LEVEL)
+    new = None
     try:
+        if _in_order(cl_uri, changes, state):
+            # Every new change is newer than every change applied: the keys' open versions
+            # stand in for their old changes, and the whole change log is not read.
+            new = _extended(
+                old, added, key, tracked, table.ignore_null_updates, affected, truncates
+            )
+        else:
+            changelog = lake.read(spark, cl_uri)
+            new = history.history_rows(
+                changelog, key, tracked, table.ignore_null_updates, affected, truncates
+            )
+        new = new.persist(PERSIST_LEVEL)
         # Per key: versions that are new or differ, versions (by key and start) that are gone,
         # and its versions now. Only the keys with a difference are rewritten.
         per_key = _differences(new, old, key).persist(PERSIST_LEVEL)
@@ -117,7 +120,8 @@ def update_history(
         finally:
             per_key.unpersist()
     finally:
-        new.unpersist()
+        if new is not None:
+            new.unpersist()
         old.unpersist()
     return HistoryResult(
         h_uri, written, removed, lake.row_count(h_uri), lake.version(h_uri), cl_version
