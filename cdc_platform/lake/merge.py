@@ -10,7 +10,6 @@ files) is retried from the start on the new snapshot: nothing it decided on stal
 kept.
 """
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from cdc_platform.lake.tables import (
     absolute_path,
     add_actions,
     exists,
+    local_path,
     read,
 )
 from cdc_platform.spark.session import PERSIST_LEVEL
@@ -131,7 +131,7 @@ def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:
     low, high = f"min.{column}", f"max.{column}"
     if not files or not {low, high} <= set(actions.column_names):
         return files if files else []
-    mine = {os.path.abspath(f.removeprefix("file://")) for f in files}
+    mine = {local_path(f) for f in files}
     spans = list(zip(paths, actions[low].to_pylist(), actions[high].to_pylist(), strict=True))
     own = [(lo, hi) for p, lo, hi in spans if p in mine and lo is not None and hi is not None]
     shared = [

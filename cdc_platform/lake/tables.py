@@ -138,6 +138,11 @@ def add_actions(dt: DeltaTable) -> pa.Table:
     return pa.table(dt.get_add_actions(flatten=True))
 
 
+def local_path(name: str) -> str:
+    """A data file's absolute path from a name ``files`` gives (or a ``file://`` URI)."""
+    return os.path.abspath(name.removeprefix("file://"))
+
+
 def absolute_path(uri: str, relative: str) -> str:
     """A data file's absolute path from its path in the log (relative to the table)."""
     return os.path.join(os.path.abspath(uri), unquote(relative))
@@ -274,7 +279,7 @@ def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[A
     if not {low, high} <= set(actions.column_names):
         return None
     if files is not None:
-        wanted = {os.path.abspath(f.removeprefix("file://")) for f in files}
+        wanted = {local_path(f) for f in files}
         paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
         actions = actions.filter(pa.array([p in wanted for p in paths], pa.bool_()))
     if actions.num_rows == 0 or actions[low].null_count or actions[high].null_count:

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
@@ -176,14 +177,7 @@ def _extended(
     tail = history.history_rows(
         added, key, tracked, ignore_null_updates, affected, truncates, seeds
     )
-    # In the new rows' types (a column added or widened since the old ones were written).
-    have = set(old.columns)
-    old = old.select(
-        *[
-            (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
-            for f in tail.schema.fields
-        ]
-    )
+    old = old.select(*_typed_as(old, tail.schema.fields))
     is_current, is_deleted = F.col(history.IS_CURRENT), F.col(history.IS_DELETED)
     rows = (
         old.where(~is_current | is_deleted)
@@ -214,14 +208,8 @@ def _differences(new: DataFrame, old: DataFrame, key: list[str]) -> DataFrame:
     and ``versions`` (its new versions); one join on (key, start)."""
     ids = [*key, history.START_AT]
     values = [f for f in new.schema.fields if f.name not in ids]
-    have = set(old.columns)
-    # As the new rows' types (a column added or widened since): comparable field by field.
-    old_values = [
-        (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in values
-    ]
     n = new.select(*ids, F.struct(*[f.name for f in values]).alias("__new"))
-    o = old.select(*ids, F.struct(*old_values).alias("__old"))
+    o = old.select(*ids, F.struct(*_typed_as(old, values)).alias("__old"))
     is_new, is_old = F.col("__new").isNotNull(), F.col("__old").isNotNull()
     return (
         n.join(o, ids, "full_outer")
@@ -233,3 +221,13 @@ def _differences(new: DataFrame, old: DataFrame, key: list[str]) -> DataFrame:
         )
         .where((F.col("added") > 0) | (F.col("gone") > 0))
     )
+
+
+def _typed_as(old: DataFrame, fields: list[T.StructField]) -> list[Column]:
+    """``old``'s columns as ``fields`` name and type them, absent ones null: history rows
+    written before a column was added or widened, comparable with the new rows."""
+    have = set(old.columns)
+    return [
+        (F.col(f"`{f.name}`") if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in fields
+    ]
