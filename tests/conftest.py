@@ -3,15 +3,17 @@ broker when a test asks for one.
 
 One test that uses ``spark`` in each module of ``CONNECT_TESTS`` (the one marked ``connect``,
 else the first) runs twice: ``[local]`` and ``[connect]``, the second against one Spark Connect
-server for the whole run (started by the first such test); ``CDC_CONNECT_ALL=1`` runs every test
-of those modules twice. ``-m spark_connect`` runs only the Connect pass, ``-m "not
-spark_connect"`` skips it."""
+server for the whole run; ``CDC_CONNECT_ALL=1`` runs every test of those modules twice.
+``-m spark_connect`` runs only the Connect pass, ``-m "not spark_connect"`` skips it. The tests
+without a JVM run first, while the JVMs the others need start and warm up
+(``_start_jvms_early``)."""
 
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from cdc_platform import broker
 from cdc_platform.processes import stop_group
+from cdc_platform.spark import connect_server
 from cdc_platform.spark.session import get_spark
 
 # Property and fuzz tests draw the same examples on every run ("ci", the default): a red run means
@@ -96,6 +99,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    # The tests without a JVM first: the JVMs start meanwhile (``_start_jvms_early``).
+    items.sort(key=_needs_jvm)
+
+
+def _needs_jvm(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) for m in ("spark", "jvm", "browser"))
 
 
 # pyspark picks Classic or Connect for pyspark.sql.functions, Window, ... by one process-wide
@@ -118,6 +127,8 @@ def _set_mode(connect: bool) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _needs_jvm(item) and _local_warm_up is not None:
+        _local_warm_up.join()  # it builds local-mode columns: done before a test picks a mode
     _set_mode(_on_connect(item))
 
 
@@ -132,14 +143,43 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) 
     raise AssertionError(f"no Spark Connect server after {timeout} s: {log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="session")
-def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """sc:// address of a Spark Connect server started as users start it (``cdc-platform
-    spark-server``: this interpreter for Python workers) on a free port; started on first use,
-    stopped at the end."""
-    global _connect_url
+# Started by ``_start_jvms_early``, before the first test that needs them.
+_local_warm_up: threading.Thread | None = None
+_connect_server: tuple[subprocess.Popen, int, Path] | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_jvms_early(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """While the tests without a JVM run (first: ``pytest_collection_modifyitems``) on one
+    core, the JVMs the later tests need start on the other: the Spark Connect server, and the
+    local session, which then replays a batch of the demo's traffic (``connect_server.warm``)
+    so that the first Spark test does not pay the JIT's warm-up alone."""
+    global _local_warm_up, _connect_server
+    items = request.session.items
+    if any(_on_connect(i) or "spark_connect_url" in i.fixturenames for i in items):
+        _connect_server = _start_connect_server(tmp_path_factory.mktemp("spark-connect"))
+    if any("spark" in i.fixturenames and not _on_connect(i) for i in items):
+        _local_warm_up = threading.Thread(
+            target=lambda: connect_server.warm(get_spark("local[2]", SPARK_CONF), rounds=1),
+            name="local Spark warm-up",
+            daemon=True,
+        )
+        _local_warm_up.start()
+    try:
+        yield
+    finally:
+        if _local_warm_up is not None:
+            _local_warm_up.join()
+        if _connect_server is not None:
+            stop_group(_connect_server[0], grace=60)
+
+
+def _start_connect_server(scratch: Path) -> tuple[subprocess.Popen, int, Path]:
+    """A Spark Connect server started as users start it (``cdc-platform spark-server``: this
+    interpreter for Python workers) on a free port: (process, port, log)."""
     port = broker.free_port()
-    scratch = tmp_path_factory.mktemp("spark-connect")
     log = scratch / "server.log"
     (scratch / "sources.yaml").write_text("spark: {master: 'local[2]'}\nsources: []\n")
     # 2 GB: the server shares this 2-core CI machine with the local session's JVM.
@@ -153,15 +193,24 @@ def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         server = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    return server, port, log
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url() -> Iterator[str]:
+    """sc:// address of the session's Spark Connect server (``_start_jvms_early``), once it
+    answers; stopped at the end of the run."""
+    global _connect_url
+    assert _connect_server is not None, "no test collected needs the Spark Connect server"
+    server, port, log = _connect_server
+    wait_for_port(port, server, log, timeout=180)
+    _connect_url = f"sc://127.0.0.1:{port}"
+    if os.environ.get("SPARK_CONNECT_MODE_ENABLED") == "1":
+        _set_mode(True)  # a [connect] test started it: it runs on it (now with its URL)
     try:
-        wait_for_port(port, server, log, timeout=180)
-        _connect_url = f"sc://127.0.0.1:{port}"
-        if os.environ.get("SPARK_CONNECT_MODE_ENABLED") == "1":
-            _set_mode(True)  # a [connect] test started it: it runs on it (now with its URL)
         yield _connect_url
     finally:
         _connect_url = None
-        stop_group(server, grace=60)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyspark
+from pyspark.sql import SparkSession
 
 from cdc_platform.spark.session import DEFAULT_CONF, ensure_java
 
@@ -50,22 +51,27 @@ WARM = "Spark Connect server warm"
 
 
 def warm_up(port: int, rounds: int = 2) -> float:
-    """Run the platform's Spark work against the server ``rounds`` times, into a throwaway
-    warehouse: replays of the demo's Debezium traffic (parse, type, every write, the first build
-    of the current tables, then a merge into them). The server's first queries are several
-    times slower than later ones (code generation, the JIT); afterwards the first real run is
-    about as fast as any. Returns the seconds it took."""
+    """Run the platform's Spark work against the server ``rounds`` times (``warm``). The
+    server's first queries are several times slower than later ones (code generation, the JIT);
+    afterwards the first real run is about as fast as any. Returns the seconds it took."""
+    from cdc_platform.spark.session import get_spark
+
+    return warm(get_spark(remote=f"sc://127.0.0.1:{port}", app_name="cdc-platform warm-up"), rounds)
+
+
+def warm(spark: SparkSession, rounds: int = 2) -> float:
+    """Replay the demo's Debezium traffic on ``spark`` ``rounds`` times, into a throwaway
+    warehouse: parse, type, every write, the first build of the current tables, then a merge
+    into them. Returns the seconds it took."""
     import tempfile
     import time
 
     from cdc_platform.catalog import SourceConfig
     from cdc_platform.demo import write_demo_traffic
-    from cdc_platform.spark.session import get_spark
     from cdc_platform.steps.replay import replay
 
     shop = SourceConfig(name="shop", format="debezium")
     start = time.monotonic()
-    spark = get_spark(remote=f"sc://127.0.0.1:{port}", app_name="cdc-platform warm-up")
     with tempfile.TemporaryDirectory(prefix="cdc-warm-up-") as work:
         landing, warehouse = Path(work, "landing"), Path(work, "warehouse")
         for batch in range(rounds):
