@@ -10,6 +10,7 @@ without a JVM run first, while the JVMs the others need start and warm up
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +27,13 @@ from cdc_platform import broker
 from cdc_platform.processes import stop_group
 from cdc_platform.spark import connect_server
 from cdc_platform.spark.session import get_spark
+
+# Started in the background (nohup, `&`, a CI runner), this process ignores SIGINT, and Dagster
+# maps SIGTERM to SIGINT's handler (``dagster._utils.interrupts``): SIGTERM would be ignored too,
+# and every server a test starts would inherit that, so no SIGTERM could stop it. Python's own
+# SIGINT handler instead: a child starts with both signals at their defaults.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Property and fuzz tests draw the same examples on every run ("ci", the default): a red run means
 # the code changed, not the dice. `make fuzz` selects "fuzz": new random examples each run, many
