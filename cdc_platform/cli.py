@@ -338,22 +338,29 @@ def _spark_server(args: argparse.Namespace) -> int:
     # and stop the whole group, or a SIGTERM (make demo's exit) would leave the JVM running.
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     signal.signal(signal.SIGTERM, _interrupt)
+    warm_up: list[SparkSession] = []  # the warm-up's client session, once it has one
     if args.warm_up:
-        threading.Thread(target=_warm_up, args=(proc, args.port), daemon=True).start()
+        threading.Thread(target=_warm_up, args=(proc, args.port, warm_up), daemon=True).start()
     try:
         return proc.wait()
     except KeyboardInterrupt:
+        # Closed while the server is up: a Connect client still open at exit retries its
+        # clean-up calls against the stopped server for minutes (the process hung on Ctrl-C).
+        for session in warm_up:
+            session.stop()
         stop_group(proc)
         return 0
 
 
-def _warm_up(proc: subprocess.Popen, port: int) -> None:
-    """Once the server answers, run the platform's Spark work on it (``connect_server.warm_up``)
-    and say so: a failed warm-up only costs the first runs their speed."""
+def _warm_up(proc: subprocess.Popen, port: int, session: list[SparkSession]) -> None:
+    """Once the server answers, run the platform's Spark work on it (``connect_server.warm``)
+    and say so: a failed warm-up only costs the first runs their speed. The first runs on a
+    cold server are several times slower (code generation, the JIT)."""
     import socket
     import time
 
     from cdc_platform.spark import connect_server
+    from cdc_platform.spark.session import get_spark
 
     while proc.poll() is None:
         with socket.socket() as s:
@@ -363,7 +370,12 @@ def _warm_up(proc: subprocess.Popen, port: int) -> None:
     else:
         return
     try:
-        seconds = connect_server.warm_up(port)
+        spark = get_spark(remote=f"sc://127.0.0.1:{port}", app_name="cdc-platform warm-up")
+        session.append(spark)
+        try:
+            seconds = connect_server.warm(spark)
+        finally:
+            spark.stop()
     except Exception as e:  # noqa: BLE001  (any failure: the server still serves)
         print(f"warm-up failed ({type(e).__name__}: {e}); the first runs are slower", flush=True)
         seconds = 0.0

@@ -46,23 +46,17 @@ def command(
     return args, env
 
 
-# What `warm_up` prints when it is done: `make demo` and the benches wait for it.
+# What `cdc-platform spark-server` prints when its warm-up is done: `make demo` and the benches
+# wait for it.
 WARM = "Spark Connect server warm"
-
-
-def warm_up(port: int, rounds: int = 2) -> float:
-    """Run the platform's Spark work against the server ``rounds`` times (``warm``). The
-    server's first queries are several times slower than later ones (code generation, the JIT);
-    afterwards the first real run is about as fast as any. Returns the seconds it took."""
-    from cdc_platform.spark.session import get_spark
-
-    return warm(get_spark(remote=f"sc://127.0.0.1:{port}", app_name="cdc-platform warm-up"), rounds)
 
 
 def warm(spark: SparkSession, rounds: int = 2) -> float:
     """Replay the demo's Debezium traffic on ``spark`` ``rounds`` times, into a throwaway
     warehouse: parse, type, every write, the first build of the current tables, then a merge
-    into them. Returns the seconds it took."""
+    into them. A session's first queries are several times slower than later ones (code
+    generation, the JIT): afterwards the first real run is about as fast as any. Returns the
+    seconds it took."""
     import tempfile
     import time
 
