@@ -61,7 +61,10 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
                 )
             batch = kafka.ingest_kafka(lake.warehouse_path, source, date=date)
             if batch.bounded:
-                context.log.info("the batch reached its bound; the sensor requests the next one")
+                context.log.info(
+                    "more records may be waiting (the batch reached a bound, or a partition's "
+                    "end as of the run's start); the sensor requests the next run"
+                )
             add_partition_row_counts(context, uri)
             return dg.MaterializeResult(
                 metadata={

@@ -12,7 +12,8 @@ for people and monitors; consumer-group offsets are committed after the Delta co
 monitoring only and are never read.
 
 A run is bounded by ``max_records`` and ``max_bytes`` (key + value + header bytes), so a large
-backlog is worked through in several runs, each its own batch.
+backlog is worked through in several runs, each its own batch, and by each partition's high
+watermark at its start, so it does not chase a producer that keeps writing.
 """
 
 import bisect
@@ -67,7 +68,8 @@ class KafkaIngestResult:
     ingest_date: str
     # topic -> partition -> [first offset, next offset) of the records stored
     offsets: dict[str, dict[int, list[int]]] = field(default_factory=dict)
-    # A bound ended the batch: more records may be waiting for the next run.
+    # More records may be waiting for the next run: a bound ended the batch, or a partition was
+    # left at its end as of the run's start while its producer kept writing.
     bounded: bool = False
 
 
@@ -297,10 +299,41 @@ def _headers(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.List
     return pa.array(rows, kind)
 
 
-def _consume(consumer: Consumer, pending: set[tuple[str, int]], batch: _Batch, idle: float) -> bool:
-    """Fill ``batch`` until every partition reported its end, a bound is reached, or nothing came
-    for ``idle`` seconds. True when a bound ended it."""
+def _ends(consumer: Consumer, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Each partition's high watermark now: where this run stops reading it."""
+    ends = {}
+    for topic, partition in partitions:
+        try:
+            _, ends[(topic, partition)] = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT
+            )
+        except KafkaException as e:
+            raise KafkaIngestError(f"{topic}[{partition}]: no watermarks: {e}") from None
+    return ends
+
+
+def _consume(
+    consumer: Consumer,
+    pending: set[tuple[str, int]],
+    batch: _Batch,
+    idle: float,
+    ends: dict[tuple[str, int], int],
+) -> bool:
+    """Fill ``batch`` until every partition reported its end or passed ``ends`` (its high
+    watermark when the run started), a bound is reached, or nothing came for ``idle`` seconds.
+    True when more records may be waiting: a bound ended the batch, or a partition was left at
+    its start-time end while its producer kept writing.
+
+    Without ``ends`` a run chases a busy producer: the end-of-partition event only comes when a
+    fetch finds nothing new, and under steady writes it found something for seconds (3.7 s for
+    30,000 records behind at 1,000 records/s on the embedded broker). A partition past its end
+    still waits for what comes next, as some brokers' watermarks (Tansu's) point into the
+    newest record batch: the end-of-partition event ends it cleanly, a new record cuts it
+    short (the sensor asks again)."""
     quiet_since = time.monotonic()
+    assigned = len(pending)
+    past_end: set[tuple[str, int]] = set()
+    cut_short = False
     while pending:
         msgs = consumer.consume(
             num_messages=max(1, min(_CONSUME_BATCH, batch.max_records - len(batch))),
@@ -313,10 +346,12 @@ def _consume(consumer: Consumer, pending: set[tuple[str, int]], batch: _Batch, i
                     idle,
                     ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
                 )
-                return False
+                return cut_short
             continue
         quiet_since = time.monotonic()
         records = [m for m in msgs if m.error() is None]
+        if len(pending) < assigned:  # a partition is done: what it delivers since is not taken
+            records = [m for m in records if (m.topic(), m.partition()) in pending]
         if records and not batch.take(records):
             return True
         for msg in msgs if len(records) < len(msgs) else []:
@@ -334,7 +369,13 @@ def _consume(consumer: Consumer, pending: set[tuple[str, int]], batch: _Batch, i
                 raise KafkaIngestError(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
         if batch.full:
             return True
-    return False
+        delivered = {(m.topic(), m.partition()) for m in records}
+        if still_writing := past_end & delivered & pending:
+            consumer.pause([TopicPartition(t, p) for t, p in sorted(still_writing)])
+            pending -= still_writing
+            cut_short = True
+        past_end |= {tp for tp in delivered & pending if batch.next[tp] >= ends.get(tp, 1 << 62)}
+    return cut_short
 
 
 def ingest_kafka(
@@ -367,7 +408,10 @@ def ingest_kafka(
             [TopicPartition(t, p, stored.get((t, p), OFFSET_BEGINNING)) for t, p in partitions]
         )
         with phase("kafka.consume"):
-            result.bounded = _consume(consumer, set(partitions), batch, kafka.idle_timeout_seconds)
+            ends = _ends(consumer, partitions)
+            result.bounded = _consume(
+                consumer, set(partitions), batch, kafka.idle_timeout_seconds, ends
+            )
         if not len(batch):
             if _cut_short(uri):
                 # The previous batch ended exactly at the end: record that nothing is left, or

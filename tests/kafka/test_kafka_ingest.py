@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -296,14 +298,30 @@ def test_a_run_that_lost_the_race_commits_nothing(kafka_bootstrap, warehouse):
 
 
 class _Consumer:
-    """Hands out prepared messages; for broker answers Tansu never gives."""
+    """Hands out prepared deliveries, one list per ``consume`` call: for broker answers Tansu
+    never gives, and for timings a real broker does not let a test choose."""
 
-    def __init__(self, messages: list[Message]) -> None:
-        self.messages = messages
+    def __init__(self, *deliveries: list[Message]) -> None:
+        self.deliveries = list(deliveries)
+        self.paused: list[tuple[str, int]] = []
 
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
-        out, self.messages = self.messages[:num_messages], self.messages[num_messages:]
-        return out
+        return self.deliveries.pop(0) if self.deliveries else []
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.paused += [(tp.topic, tp.partition) for tp in partitions]
+
+
+def _records(partition: int, offsets: range) -> list[Message]:
+    return [
+        Message(topic="t", partition=partition, offset=o, value=b"{}", timestamp=(1, 1))
+        for o in offsets
+    ]
+
+
+def _eof(partition: int, offset: int) -> Message:
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    return Message(topic="t", partition=partition, offset=offset, error=eof)
 
 
 def test_an_offset_gone_from_the_broker_stops_the_run():
@@ -314,8 +332,76 @@ def test_an_offset_gone_from_the_broker_stops_the_run():
     batch = kafka._Batch(max_records=10, max_bytes=1000)
 
     with pytest.raises(kafka.KafkaIngestError, match=r"t\[0\]: the next offset to ingest is no"):
-        kafka._consume(consumer, {("t", 0)}, batch, idle=1)
+        kafka._consume(consumer, {("t", 0)}, batch, idle=1, ends={})
     assert len(batch) == 0
+
+
+def test_a_partition_past_its_start_time_end_waits_for_its_end_of_partition_event():
+    # The watermark (5) may point into the newest record batch (Tansu): the records after it
+    # and then the end-of-partition event finish the partition, with nothing cut short.
+    consumer = _Consumer(_records(0, range(5)), [], [*_records(0, range(5, 8)), _eof(0, 8)])
+    batch = kafka._Batch(max_records=100, max_bytes=10_000)
+
+    more_waiting = kafka._consume(consumer, {("t", 0)}, batch, idle=1, ends={("t", 0): 5})
+
+    assert (len(batch), batch.next, more_waiting) == (8, {("t", 0): 8}, False)
+
+
+def test_a_producer_that_keeps_writing_cuts_the_partition_short_at_its_start_time_end():
+    # Past its end (5), the partition delivers again instead of ending: the producer is still
+    # writing. The run takes that delivery, stops the partition (what comes for it later is
+    # left to the next run) and says more may be waiting; the other reads on to its own end.
+    consumer = _Consumer(
+        [*_records(0, range(6)), *_records(1, range(2))],
+        [*_records(0, range(6, 9)), *_records(1, range(2, 4))],
+        [*_records(0, range(9, 12)), *_records(1, range(4, 6)), _eof(1, 6)],
+        _records(0, range(12, 15)),
+    )
+    batch = kafka._Batch(max_records=100, max_bytes=10_000)
+
+    more_waiting = kafka._consume(
+        consumer, {("t", 0), ("t", 1)}, batch, idle=1, ends={("t", 0): 5, ("t", 1): 6}
+    )
+
+    assert more_waiting
+    assert (len(batch), batch.next) == (15, {("t", 0): 9, ("t", 1): 6})
+    assert consumer.paused == [("t", 0)]
+    assert len(consumer.deliveries) == 1  # not asked for once every partition was done
+
+
+def test_a_run_under_a_producer_that_keeps_writing_ends_and_the_next_runs_take_the_rest(
+    kafka_bootstrap, warehouse
+):
+    topic = _topic(kafka_bootstrap, "busy")
+    _produce(kafka_bootstrap, topic, _generated(2_000, 1))
+    source = _source(kafka_bootstrap, [topic])
+    first: list[kafka.KafkaIngestResult] = []
+    writing = threading.Event()
+    live = []  # records the producer wrote
+
+    def produce() -> None:  # 100 records every 5 ms, until the first run has returned
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+        deadline = time.monotonic() + 60
+        while not first and time.monotonic() < deadline:
+            for i in range(100):
+                producer.produce(topic, key=f"live{i}".encode(), value=b"{}")
+            live.extend(range(100))
+            producer.poll(0)
+            writing.set()
+            time.sleep(0.005)
+        assert producer.flush(15) == 0
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    writing.wait(10)
+    first.append(kafka.ingest_kafka(warehouse, source, date=DATE))
+    thread.join()
+
+    # Without the start-time end the run kept reading what the producer kept writing (on the
+    # embedded broker, for seconds), here until the producer gave up after 60 s.
+    assert first[0].records >= 2_000
+    assert _run_until_empty(warehouse, source), "a later run took what came after the first"
+    assert _coordinates(_raw(warehouse)) == [(topic, 0, o) for o in range(2_000 + len(live))]
 
 
 # --- through normalize and merge ------------------------------------------------------------
