@@ -39,6 +39,8 @@ from pathlib import Path
 
 import yaml
 
+from cdc_platform.processes import descendants, proc_table
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TOPIC = "bench.inventory.customers"
@@ -185,36 +187,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time in clock ticks) of every process now."""
-    out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(entry.name)] = (int(fields[1]), int(fields[19]))
-    return out
-
-
-def descendants(roots: Iterable[int]) -> dict[int, int]:
-    """The roots and every process below them: pid -> start time (to tell a reused pid)."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = {}, [r for r in roots if r in table]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid][1]
-            todo.extend(children.get(pid, []))
-    return found
 
 
 def rss_bytes(pids: Iterable[int]) -> int:
@@ -385,7 +357,7 @@ class DemoStack:
                 print(f"{name} did not stop in 30 s: killed", file=sys.stderr)
             _signal_group(proc.pid, signal.SIGKILL)  # stragglers of its group
             proc.wait()
-        now = _proc_table()
+        now = proc_table()
         for pid, started in self.seen.items():
             if now.get(pid, (0, None))[1] == started:  # the same process, still alive
                 try:

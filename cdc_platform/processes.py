@@ -1,10 +1,13 @@
-"""Stopping a child started in its own process group (``start_new_session=True``): a Spark
-server or worker is a shell that execs a JVM, and an executor is the JVM's child, so the whole
-group is signalled, not just the process we started."""
+"""Stopping children and finding process trees. A child started in its own process group
+(``start_new_session=True``) is stopped as a group: a Spark server or worker is a shell that execs
+a JVM, and an executor is the JVM's child, so the whole group is signalled, not just the process
+we started."""
 
 import os
 import signal
 import subprocess
+from collections.abc import Iterable
+from pathlib import Path
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 30) -> bool:
@@ -22,3 +25,38 @@ def stop_group(proc: subprocess.Popen, grace: float = 30) -> bool:
         except subprocess.TimeoutExpired:
             continue
     return False
+
+
+def stat(pid: int | str) -> tuple[int, int, str] | None:
+    """(parent pid, start time in clock ticks, state letter) of a process, None when there is
+    none (Linux /proc: the start time tells a reused pid apart; state Z is a zombie)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[19]), fields[0]
+
+
+def proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> ``stat(pid)`` of every process now."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (found := stat(entry.name)) is not None:
+            out[int(entry.name)] = found
+    return out
+
+
+def descendants(roots: Iterable[int]) -> dict[int, int]:
+    """The roots and every process below them: pid -> start time (to tell a reused pid)."""
+    table = proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = {}, [r for r in roots if r in table]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = table[pid][1]
+            todo.extend(children.get(pid, []))
+    return found

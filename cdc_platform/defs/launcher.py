@@ -21,9 +21,17 @@ import signal
 from typing import Any
 
 from dagster import _check as check
-from dagster._core.launcher import LaunchRunContext, RunLauncher
+from dagster._core.launcher import (
+    CheckRunHealthResult,
+    LaunchRunContext,
+    RunLauncher,
+    WorkerStatus,
+)
+from dagster._core.storage.dagster_run import DagsterRun
 from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, serialize_value
+
+from cdc_platform.processes import stat
 
 # Imported once by the forkserver; only third-party libraries, so code edits are never stale.
 PRELOAD = [
@@ -38,8 +46,10 @@ PRELOAD = [
     "confluent_kafka",
     "fastavro",
 ]
-# The run tag naming the process a run executes in (what `terminate` signals).
+# The run tags naming the process a run executes in (what `terminate` signals) and its start
+# time (clock ticks since boot: a pid the system gave to another process since is not the run's).
 PID_TAG = "cdc/run_pid"
+PID_START_TAG = "cdc/run_pid_start"
 
 _context: Any = None
 
@@ -94,7 +104,27 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
         process.start()
         self._processes = {k: p for k, p in self._processes.items() if p.is_alive()}
         self._processes[run.run_id] = process
-        self._instance.add_run_tags(run.run_id, {PID_TAG: str(process.pid)})
+        found = stat(process.pid)
+        tags = {PID_TAG: str(process.pid)} | ({PID_START_TAG: str(found[1])} if found else {})
+        self._instance.add_run_tags(run.run_id, tags)
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
+        """Whether the run's process still runs. With ``run_monitoring`` on (deploy/dagster.yaml),
+        the daemon marks a started run whose process is gone (kill -9, a crash, a stopped
+        machine) as failed, instead of leaving it started and its source's queue slot taken."""
+        if PID_TAG not in run.tags:  # launched this instant: the tag follows the fork
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        pid = int(run.tags[PID_TAG])
+        found = stat(pid)
+        if found is None or found[2] == "Z" or str(found[1]) != run.tags.get(PID_START_TAG):
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED, f"the run's process (pid {pid}) is gone: killed or crashed"
+            )
+        return CheckRunHealthResult(WorkerStatus.RUNNING)
 
     def terminate(self, run_id: str) -> bool:
         """Interrupt the run's process (SIGINT): Dagster marks the run canceled as it stops."""

@@ -3,11 +3,12 @@ fork from a warm process and execute as `dagster api execute_run` would."""
 
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.launcher import LaunchRunContext
+from dagster._core.launcher import LaunchRunContext, WorkerStatus
 
 from cdc_platform.defs.launcher import PID_TAG, WarmRunLauncher
 from tests.defs import launched_jobs
@@ -77,3 +78,37 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split(") ")[1][0] != "Z"
+
+
+def test_run_monitoring_fails_a_run_whose_process_was_killed(tmp_path):
+    # kill -9 (or a crash, or a stopped machine) leaves no process to report the run's end: the
+    # daemon's run monitoring asks the launcher and marks the run failed, freeing its source's
+    # slot in the queue (deploy/dagster.yaml's tag concurrency limit).
+    import logging
+
+    from dagster._daemon.monitoring.run_monitoring import monitor_started_run
+
+    shutil.copy(ROOT / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_monitoring_enabled
+        out = tmp_path / "pid"
+        run = _launch(instance, launched_jobs.waits, out)
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        started = instance.get_run_by_id(run.run_id)
+        assert started.status == dg.DagsterRunStatus.STARTED
+        launcher = instance.run_launcher
+        assert launcher.check_run_worker_health(started).status == WorkerStatus.RUNNING
+
+        pid = int(out.read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        health = launcher.check_run_worker_health(started)
+        assert health.status == WorkerStatus.FAILED and f"pid {pid}" in (health.msg or "")
+        record = instance.get_run_record_by_id(run.run_id)
+        monitor_started_run(instance, None, record, logging.getLogger("test"))
+
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
