@@ -26,42 +26,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	mkdir -p $(DAGSTER_HOME) var
-	@# The run queue: one run per source at a time (docs/operations.md, "Runs, the queue and Spark").
-	cp deploy/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	@# The embedded Kafka broker (Tansu, in memory) for source crm; landing files for the others;
-	@# the Spark Connect server, one warm JVM every run connects to (SPARK_CONNECT=0: none, each
-	@# run starts a local Spark of its own); the Data Docs site, a static folder, on REPORTS_PORT
-	@# (the checks in Dagster link their pages there, the pages link back to Dagster).
-	$(BIN)/cdc-platform broker > var/broker.out 2>&1 & broker=$$!; \
-		trap 'kill $$site $$broker $$traffic $$spark 2>/dev/null; [ -z "$$spark" ] || wait $$spark' EXIT INT TERM; \
-		reports=$${CDC_REPORTS:-var/reports}/data_docs; mkdir -p $$reports; \
-		$(BIN)/python -m http.server --bind $(HOST) --directory $$reports $(REPORTS_PORT) > var/reports-server.out 2>&1 & site=$$!; \
-		if [ "$(SPARK_CONNECT)" = 1 ]; then \
-			$(BIN)/cdc-platform spark-server --port $(SPARK_PORT) > var/spark-server.out 2>&1 & spark=$$!; \
-			export CDC_SPARK_REMOTE=sc://127.0.0.1:$(SPARK_PORT); \
-		fi; \
-		$(BIN)/cdc-platform demo --batches 1 || exit 1; \
-		if [ -n "$$spark" ]; then \
-			echo "waiting for the Spark Connect server on port $(SPARK_PORT) (log: var/spark-server.out)"; \
-			waited=0; \
-			until $(BIN)/python -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2)' $(SPARK_PORT) 2>/dev/null; do \
-				case "$$(ps -o stat= -p $$spark)" in ""|Z*) echo "spark-server exited: see var/spark-server.out"; exit 1;; esac; \
-				waited=$$((waited + 1)); [ $$waited -lt 300 ] || { echo "spark-server not listening after 300 s"; exit 1; }; \
-				sleep 1; \
-			done; \
-			echo "warming the Spark Connect server up (a replay of sample traffic)"; \
-			until grep -q "Spark Connect server warm\|warm-up failed" var/spark-server.out; do \
-				case "$$(ps -o stat= -p $$spark)" in ""|Z*) echo "spark-server exited: see var/spark-server.out"; exit 1;; esac; \
-				waited=$$((waited + 1)); [ $$waited -lt 600 ] || break; \
-				sleep 1; \
-			done; \
-		fi; \
-		$(BIN)/cdc-platform demo --batches 0 --every 30 > var/demo-traffic.log 2>&1 & traffic=$$!; \
-		echo "Dagster UI: http://$(HOST):$(PORT)  (new demo traffic every 30 s; Ctrl-C stops all)"; \
-		echo "Data Docs:  http://$(HOST):$(REPORTS_PORT)"; \
-		CDC_REPORTS_URL=http://$(HOST):$(REPORTS_PORT) CDC_DAGSTER_URL=http://$(HOST):$(PORT) \
-		DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml -h $(HOST) -p $(PORT)
+	@# `cdc-platform up` (cdc_platform/stack.py) starts and supervises the stack: the embedded
+	@# broker (Tansu, in memory) for source crm, the Data Docs server on REPORTS_PORT, the Spark
+	@# Connect server every run connects to (SPARK_CONNECT=0: none, each run starts a local Spark),
+	@# demo traffic every 30 s and `dagster dev` with deploy/dagster.yaml's run queue. Ctrl-C or
+	@# SIGTERM stops it all; exec: make's SIGTERM reaches it, not a shell in between.
+	exec $(BIN)/cdc-platform up --host $(HOST) --port $(PORT) --reports-port $(REPORTS_PORT) \
+		--dagster-home $(DAGSTER_HOME) --spark-port $(SPARK_PORT) \
+		$(if $(filter 0,$(SPARK_CONNECT)),--no-spark-server)
 
 test: install browser
 	$(BIN)/ruff check .

@@ -6,6 +6,7 @@ commands:
   demo            write sample CDC traffic: landing files, and records for the embedded broker
   broker          run the embedded Kafka-protocol broker (Tansu, in memory) until Ctrl-C
   spark-server    run a local Spark Connect server that runs can share (warm Spark)
+  up              the demo stack (`make demo`): broker, reports, Spark server, traffic, Dagster
   reset-offsets   make a Kafka source's next run read from the earliest or latest offsets
   models          compile, run or test the SQL models (dbt_like_models)
   quality-report  validate every table and rebuild the Data Docs site; exit 1 on an ERROR rule
@@ -25,6 +26,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -133,6 +135,27 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the warm-up replays the server runs once it is up",
     )  # fmt: skip
     _spark_options(sp)
+    u = sub.add_parser(
+        "up",
+        description="the demo stack until Ctrl-C or SIGTERM: the embedded broker, the Data Docs "
+        "server, a supervised Spark Connect server, demo traffic and `dagster dev` (make demo)",
+    )
+    u.add_argument("--sources", type=Path, default=Path("sources.yaml"), help="sources file")
+    u.add_argument("--dagster-home", type=Path, default=Path("var/dagster_home"))
+    u.add_argument("--host", default="127.0.0.1")
+    u.add_argument("--port", type=int, default=3000, help="the Dagster UI's")
+    u.add_argument("--reports-port", type=int, default=3001, help="the Data Docs server's")
+    u.add_argument("--broker-port", type=int, default=DEMO_BROKER_PORT)
+    u.add_argument("--spark-port", type=int, default=15002, help="the Spark Connect server's")
+    u.add_argument(
+        "--no-spark-server", dest="spark_server", action="store_false",
+        help="no Spark Connect server: each run starts a local Spark of its own",
+    )  # fmt: skip
+    u.add_argument(
+        "--no-warm-up", dest="warm_up", action="store_false",
+        help="start the UI without the Spark server's warm-up (the first runs are slower)",
+    )  # fmt: skip
+    u.add_argument("--every", type=float, default=30, help="seconds between traffic batches")
     o = sub.add_parser(
         "reset-offsets",
         description="make a Kafka source's next run read from the earliest or latest",
@@ -342,7 +365,7 @@ def _spark_server(args: argparse.Namespace) -> int:
     if args.warm_up:
         threading.Thread(target=_warm_up, args=(proc, args.port, warm_up), daemon=True).start()
     try:
-        return proc.wait()
+        code = proc.wait()
     except KeyboardInterrupt:
         # Closed while the server is up: a Connect client still open at exit retries its
         # clean-up calls against the stopped server for minutes (the process hung on Ctrl-C).
@@ -350,6 +373,11 @@ def _spark_server(args: argparse.Namespace) -> int:
             session.stop()
         stop_group(proc)
         return 0
+    # The server ended by itself (a crash, kill -9): a warm-up client still open would retry its
+    # exit hooks against it for minutes, so this process ends without running them.
+    print(f"the Spark Connect server exited with {code}", flush=True)
+    sys.stderr.flush()
+    os._exit(code or 1)
 
 
 def _warm_up(proc: subprocess.Popen, port: int, session: list[SparkSession]) -> None:
@@ -380,6 +408,28 @@ def _warm_up(proc: subprocess.Popen, port: int, session: list[SparkSession]) -> 
         print(f"warm-up failed ({type(e).__name__}: {e}); the first runs are slower", flush=True)
         seconds = 0.0
     print(f"{connect_server.WARM} ({seconds:.0f} s)", flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from cdc_platform import stack
+    from cdc_platform.quality.docs import reports_dir
+
+    catalog = _catalog(args.sources)  # a bad sources file: one line, before anything starts
+    warehouse = catalog.warehouse_path
+    settings = stack.Settings(
+        sources=args.sources.resolve(),
+        home=args.dagster_home.resolve(),
+        logs=warehouse.parent,
+        reports=reports_dir(warehouse),
+        host=args.host,
+        port=args.port,
+        reports_port=args.reports_port,
+        broker_port=args.broker_port,
+        spark_port=args.spark_port if args.spark_server else None,
+        warm_up=args.warm_up,
+        every=args.every,
+    )
+    return stack.up(settings)
 
 
 def _interrupt(signum: int, frame: object) -> NoReturn:
@@ -535,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
             "broker": _broker,
             "reset-offsets": _reset_offsets,
             "spark-server": _spark_server,
+            "up": _up,
             "quality-report": _quality_report,
             "redrive": _redrive,
         }[args.command]

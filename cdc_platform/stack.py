@@ -1,0 +1,245 @@
+"""``cdc-platform up``: the demo stack as one supervised process tree (what ``make demo`` runs).
+
+It starts, each in a session of its own: the embedded broker, the Data Docs web server, the Spark
+Connect server (warmed up), the demo's traffic and ``dagster dev``. One signal to this process
+(Ctrl-C, SIGTERM, a closed terminal) stops them all: SIGTERM to every group at once, runs in
+flight included, then SIGKILL to whatever is left after ``GRACE`` seconds, so every port is free
+when it returns. The Spark Connect server is supervised: when it exits while the stack is up, it
+is started again after a back-off, and the runs that used it fail with a line naming it.
+
+Why a process and not the Makefile's shell, as before: a shell waiting on ``dagster dev`` in the
+foreground runs its SIGTERM trap only once ``dagster dev`` has exited (a SIGTERM to ``make demo``
+left the whole stack running), and what a shell starts with ``&`` ignores SIGINT, which Dagster
+then copies to SIGTERM (``dagster._utils.interrupts``): such a ``dagster dev`` cannot be stopped
+by SIGTERM. Here every child starts with the default handlers.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdc_platform.processes import descendants, proc_table
+
+GRACE = 10.0  # seconds between SIGTERM and SIGKILL when the stack stops
+RESTART_DELAYS = (1, 2, 5, 10, 30)  # the Spark server's back-off, seconds; the last repeats
+WARM = "Spark Connect server warm"  # what `cdc-platform spark-server` prints after its warm-up
+
+
+class StackError(Exception):
+    """A part of the stack did not start or died: one line naming it and its log."""
+
+
+@dataclass
+class Settings:
+    sources: Path
+    home: Path  # DAGSTER_HOME
+    logs: Path  # one <part>.out per process
+    reports: Path  # the Data Docs site is served from <reports>/data_docs
+    host: str = "127.0.0.1"
+    port: int = 3000
+    reports_port: int = 3001
+    broker_port: int = 19092
+    spark_port: int | None = 15002  # None: no server, each run starts a local Spark
+    warm_up: bool = True  # the Spark server replays sample traffic before the UI starts
+    every: float = 30.0  # seconds between demo traffic batches (0: none after the first)
+    instance: Path = Path("deploy/dagster.yaml")  # copied into ``home`` (the run queue)
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)  # pid -> start time, all ever below us
+    restarts: int = 0
+
+    def _bin(self, name: str) -> str:
+        return str(Path(sys.executable).with_name(name))
+
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        console: bool = False,
+        mode: str = "wb",
+    ) -> None:
+        """Start a part in a session of its own (a terminal's Ctrl-C reaches only this process,
+        which stops every part); its output goes to its log (new, or appended to with ``mode``
+        "ab"), or to the console."""
+        with (self.settings.logs / f"{name}.out").open(mode) as log:
+            out = {} if console else {"stdout": log, "stderr": subprocess.STDOUT}
+            self.procs[name] = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+                start_new_session=True, **out,
+            )  # fmt: skip
+
+    def log(self, name: str) -> Path:
+        return self.settings.logs / f"{name}.out"
+
+    def _wait(self, name: str, ready: Callable[[], bool], what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.procs[name].poll() is not None:
+                raise StackError(f"{what} exited with {self.procs[name].returncode}; see "
+                                 f"{self.log(name)}")  # fmt: skip
+            if time.monotonic() > deadline:
+                raise StackError(f"{what} not ready after {timeout:.0f} s; see {self.log(name)}")
+            time.sleep(0.5)
+
+    def _start_spark(self, mode: str = "wb") -> None:
+        s = self.settings
+        self._spawn("spark-server", [self._bin("cdc-platform"), "spark-server", "--sources",
+                                     str(s.sources), "--port", str(s.spark_port),
+                                     *([] if s.warm_up else ["--no-warm-up"])],
+                    mode=mode)  # fmt: skip
+
+    def _spark_warm(self) -> bool:
+        text = self.log("spark-server").read_text(errors="replace")
+        return WARM in text or "warm-up failed" in text
+
+    def start(self) -> None:
+        s = self.settings
+        for folder in (s.logs, s.home, s.reports / "data_docs"):
+            folder.mkdir(parents=True, exist_ok=True)
+        if not s.instance.is_file():
+            raise StackError(f"{s.instance} is missing (the Dagster instance's settings)")
+        shutil.copy(s.instance, s.home / "dagster.yaml")
+        cli = self._bin("cdc-platform")
+        sources = ["--sources", str(s.sources)]
+        self._spawn("broker", [cli, "broker", *sources, "--port", str(s.broker_port)])
+        self._wait("broker", lambda: _listening(s.broker_port), "the broker", 60)
+        self._spawn("reports-server", [sys.executable, "-m", "http.server", "--bind", s.host,
+                                       "--directory", str(s.reports / "data_docs"),
+                                       str(s.reports_port)])  # fmt: skip
+        if s.spark_port is not None:
+            self._start_spark()
+        # The first batch of traffic, written while the Spark server starts.
+        first = subprocess.run([cli, "demo", *sources, "--batches", "1"], check=False)
+        if first.returncode:
+            raise StackError("the demo's first batch of traffic could not be written (above)")
+        if s.spark_port is not None:
+            print(f"starting the Spark Connect server on port {s.spark_port}"
+                  f"{' and warming it up' if s.warm_up else ''} (log: {self.log('spark-server')})",
+                  flush=True)  # fmt: skip
+            self._wait("spark-server", lambda: _listening(s.spark_port), "spark-server", 300)
+            if s.warm_up:
+                self._wait("spark-server", self._spark_warm, "the Spark server's warm-up", 600)
+        traffic = [cli, "demo", *sources, "--batches", "0", "--every", str(s.every)]
+        self._spawn("demo-traffic", traffic)
+        web = f"http://{s.host}:{s.port}"
+        env = {
+            "DAGSTER_HOME": str(s.home),
+            "CDC_SOURCES": str(s.sources),
+            "CDC_REPORTS": str(s.reports),
+            "CDC_REPORTS_URL": f"http://{s.host}:{s.reports_port}",
+            "CDC_DAGSTER_URL": web,
+        }
+        if s.spark_port is not None:
+            env["CDC_SPARK_REMOTE"] = f"sc://127.0.0.1:{s.spark_port}"
+        self._spawn("dagster", [self._bin("dagster"), "dev", "-w", "workspace.yaml", "-h", s.host,
+                                "-p", str(s.port)], env, console=True)  # fmt: skip
+        print(f"Dagster UI: {web}  (new demo traffic every {s.every:g} s; Ctrl-C stops all)",
+              flush=True)  # fmt: skip
+        print(f"Data Docs:  http://{s.host}:{s.reports_port}", flush=True)
+
+    def watch(self) -> int:
+        """Until a signal or a part's exit: restart the Spark server when it exits (with a
+        back-off), end the stack when another part exits. Returns the exit status."""
+        restart_at: float | None = None
+        while True:
+            time.sleep(0.5)
+            for proc in self.procs.values():
+                self.seen.update(descendants([proc.pid]))
+            for name, proc in self.procs.items():
+                if proc.poll() is None or name == "spark-server":
+                    continue
+                print(f"{name} exited with {proc.returncode} (log: {self.log(name)}): stopping "
+                      "the stack", flush=True)  # fmt: skip
+                return 1
+            spark = self.procs.get("spark-server")
+            if spark is not None and spark.poll() is not None:
+                if restart_at is None:
+                    delay = RESTART_DELAYS[min(self.restarts, len(RESTART_DELAYS) - 1)]
+                    print(f"the Spark Connect server exited with {spark.returncode} (log: "
+                          f"{self.log('spark-server')}); restarting it in {delay} s",
+                          flush=True)  # fmt: skip
+                    restart_at = time.monotonic() + delay
+                elif time.monotonic() >= restart_at:
+                    self.restarts += 1
+                    restart_at = None
+                    self._start_spark(mode="ab")  # the log keeps what the last one said
+
+    def stop(self) -> None:
+        """SIGTERM to every part's group at once, SIGKILL to what is left after ``GRACE``
+        seconds, and to every process ever seen below them that still lives (the Spark server's
+        JVM runs in a group of its own)."""
+        for proc in self.procs.values():
+            self.seen.update(descendants([proc.pid]))
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline and _alive(self.seen):
+            for proc in self.procs.values():
+                proc.poll()
+            time.sleep(0.2)
+        for pid in _alive(self.seen):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                print(f"process {pid} did not stop in {GRACE:g} s: killed", flush=True)
+            except ProcessLookupError:
+                pass
+        for proc in self.procs.values():
+            proc.wait()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(seen: dict[int, int]) -> list[int]:
+    """The processes of ``seen`` still running (same pid, same start time; zombies are dead)."""
+    now = proc_table()
+    return [
+        pid
+        for pid, started in seen.items()
+        if pid in now and now[pid][1] == started and now[pid][2] != "Z"
+    ]
+
+
+def _stop_signal(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def up(settings: Settings) -> int:
+    """Start the stack, watch it, stop it on a signal or a part's exit; the exit status."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_signal)  # children start with the default handlers
+    stack = Stack(settings)
+    try:
+        stack.start()
+        return stack.watch()
+    except KeyboardInterrupt:
+        print("stopping the stack", flush=True)
+        return 0
+    except StackError as e:
+        print(f"cdc-platform up: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C does not cut the stop short
+        stack.stop()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
