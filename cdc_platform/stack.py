@@ -143,6 +143,7 @@ class Stack:
         }
         if s.spark_port is not None:
             env["CDC_SPARK_REMOTE"] = f"sc://127.0.0.1:{s.spark_port}"
+            env["CDC_SPARK_SERVER_LOG"] = str(self.log("spark-server"))  # named when it fails
         self._spawn("dagster", [self._bin("dagster"), "dev", "-w", "workspace.yaml", "-h", s.host,
                                 "-p", str(s.port)], env, console=True)  # fmt: skip
         print(f"Dagster UI: {web}  (new demo traffic every {s.every:g} s; Ctrl-C stops all)",

@@ -26,6 +26,7 @@ from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, source_tags
 from cdc_platform.defs.sensors import build_landing_sensor
+from cdc_platform.defs.transient import retried_if_transient
 from cdc_platform.lake import (
     CHANGELOG,
     CONTROL,
@@ -64,7 +65,7 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
         ),
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-        with profiled(context):
+        with profiled(context), retried_if_transient(context):
             # A sensor run ingests the files raw does not hold as they are now; any other run (a
             # backfill, a manual materialization) replaces its dates whole.
             incremental = context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL
@@ -157,7 +158,7 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
         backfill_policy=SINGLE_RUN,
     )
     def changelog(context: dg.AssetExecutionContext, spark: SparkResource, lake: LakeResource):
-        with profiled(context):
+        with profiled(context), retried_if_transient(context, spark):
             with phase("spark.session"):
                 spark.spark_session  # noqa: B018  (built on first use: timed apart)
             if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
@@ -274,7 +275,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         spark: SparkResource,
         lake: LakeResource,
     ) -> dg.MaterializeResult:
-        with profiled(context):
+        with profiled(context), retried_if_transient(context, spark):
             with phase("spark.session"):
                 session = spark.spark_session
             merged = merge_current(
@@ -343,7 +344,7 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         spark: SparkResource,
         lake: LakeResource,
     ) -> dg.MaterializeResult:
-        with profiled(context):
+        with profiled(context), retried_if_transient(context, spark):
             built = update_history(
                 spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
             )

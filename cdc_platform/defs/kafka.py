@@ -15,6 +15,7 @@ from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata,
 from cdc_platform.defs.partitions import daily_partitions, today
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, Tick, run_in_flight
+from cdc_platform.defs.transient import retried_if_transient
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import RAW, TableRef, version
 
@@ -46,7 +47,7 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
         ),
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-        with profiled(context):
+        with profiled(context), retried_if_transient(context):
             uri = TableRef(RAW, source.name).uri(lake.warehouse_path)
             date = ingests(context.partition_keys)
             if date is None:

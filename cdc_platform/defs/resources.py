@@ -26,6 +26,14 @@ class SparkResource(LazyPySparkResource):
             self._spark_session = get_spark(master, conf, remote=remote)
         return self._spark_session
 
+    def reset(self) -> None:
+        """Drop the session (its server went away): the next use connects a new one. Nothing is
+        asked of the old server, which may be gone."""
+        session, self._spark_session = self._spark_session, None
+        if session is not None:
+            session.release_session_on_close = False  # a Connect session; local ones ignore it
+            session.stop()
+
     @property
     def spark_context(self) -> object | None:
         """The SparkContext of a local session; None for a Spark Connect client (it has none)."""

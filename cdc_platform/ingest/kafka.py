@@ -52,10 +52,15 @@ _NO_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE
 # librdkafka's local error codes: public API, though spelled with a leading underscore.
 _END_OF_PARTITION = KafkaError._PARTITION_EOF  # noqa: SLF001
 _OFFSET_GONE = KafkaError._AUTO_OFFSET_RESET  # noqa: SLF001
+_UNREACHABLE = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)  # noqa: SLF001
 
 
 class KafkaIngestError(Exception):
     """Ingestion could not read its topics (unreachable brokers, lost offsets, a broker error)."""
+
+
+class KafkaUnavailable(KafkaIngestError):
+    """The brokers did not answer (transient: a later try may succeed)."""
 
 
 @dataclass
@@ -106,7 +111,7 @@ def _partitions(consumer: Consumer, source: SourceConfig) -> list[tuple[str, int
         metadata = consumer.list_topics(timeout=_METADATA_TIMEOUT)
     except KafkaException as e:
         servers = source.kafka.bootstrap_servers
-        raise KafkaIngestError(f"source {source.name}: no metadata from {servers}: {e}") from None
+        raise KafkaUnavailable(f"source {source.name}: no metadata from {servers}: {e}") from None
     if source.kafka.topics is not None:
         names = source.kafka.topics
         for name in names:
@@ -147,7 +152,7 @@ def pending(warehouse: Path, source: SourceConfig) -> dict[str, dict[int, list[i
                     TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT
                 )
             except KafkaException as e:
-                raise KafkaIngestError(f"{topic}[{partition}]: no watermarks: {e}") from None
+                raise KafkaUnavailable(f"{topic}[{partition}]: no watermarks: {e}") from None
             start = stored.get((topic, partition), low)
             if high > start or (topic, partition) in cut_short:
                 waiting.setdefault(topic, {})[partition] = [start, max(high, start)]
@@ -308,7 +313,7 @@ def _ends(consumer: Consumer, partitions: list[tuple[str, int]]) -> dict[tuple[s
                 TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT
             )
         except KafkaException as e:
-            raise KafkaIngestError(f"{topic}[{partition}]: no watermarks: {e}") from None
+            raise KafkaUnavailable(f"{topic}[{partition}]: no watermarks: {e}") from None
     return ends
 
 
@@ -365,6 +370,8 @@ def _consume(
                     f"{msg.topic()}[{msg.partition()}]: the next offset to ingest is no longer on "
                     f"the broker (retention or a recreated topic): {err.str()}"
                 )
+            elif err.code() in _UNREACHABLE or err.retriable():
+                raise KafkaUnavailable(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
             else:
                 raise KafkaIngestError(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
         if batch.full:

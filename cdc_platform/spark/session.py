@@ -124,6 +124,12 @@ def prepare_local() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+# How long a Spark Connect client retries a call the server does not answer: about 35 s (waits of
+# 0.05, 0.2, 0.8, 3.2, then 10 s), not PySpark's 10 minutes, during which a run whose server died
+# held its source's slot in the queue. The step then fails or retries (defs/transient.py).
+CONNECT_RETRY = {"max_retries": 7, "max_backoff": 10_000}
+
+
 def get_spark(
     master: str = "local[*]",
     conf: dict[str, str] | None = None,
@@ -148,6 +154,10 @@ def get_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if not remote:
+    if remote:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        spark.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY)])
+    else:
         spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -1,0 +1,78 @@
+"""Which failures of a step are transient, and retrying only those.
+
+Retried (``retried_if_transient``, up to ``len(RETRY_SECONDS)`` times, waiting ``RETRY_SECONDS``):
+
+- the Spark Connect server is unavailable (restarting after a crash, out of memory, kill -9): the
+  run's session is stopped so the retry connects a new one;
+- the Kafka broker is unreachable (no metadata, no watermarks);
+- a Delta commit lost a race to another writer (delta-rs ``CommitFailedError``).
+
+Everything else fails the step at once, so a deterministic failure never loops: a blocking check
+that failed, a bad configuration, a bug. A message that cannot be parsed never fails a step: it
+goes to quarantine. Every step is exactly-once on its own (offsets and raw versions are stored
+with the commits), so running it again after any of these is safe.
+"""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+from deltalake.exceptions import CommitFailedError
+
+from cdc_platform.ingest.kafka import KafkaUnavailable
+
+RETRY_SECONDS = (5, 15, 30)
+# What a Spark Connect client says when its server is gone or was restarted under it.
+_SPARK_GONE = (
+    "StatusCode.UNAVAILABLE",
+    "SESSION_NOT_FOUND",
+    "SESSION_CHANGED",
+    "NO_ACTIVE_SESSION",
+)
+
+
+def transient_reason(error: BaseException) -> str | None:
+    """One line saying why ``error`` is transient, None when it is not."""
+    if isinstance(error, KafkaUnavailable):
+        return f"the Kafka broker is unreachable: {error}"
+    if isinstance(error, CommitFailedError):
+        return f"a Delta commit lost a race to another writer: {error}"
+    if _spark_unavailable(error):
+        remote = os.environ.get("CDC_SPARK_REMOTE", "the Spark Connect server")
+        log = os.environ.get("CDC_SPARK_SERVER_LOG")
+        return f"the Spark Connect server {remote} is unavailable" + (
+            f" (its log: {log})" if log else ""
+        )
+    return None
+
+
+def _spark_unavailable(error: BaseException) -> bool:
+    """A Spark Connect call that could not reach the server (gRPC UNAVAILABLE), or a session the
+    server (restarted) or the client (after such a failure) no longer knows."""
+    text = str(error)
+    return type(error).__name__ in ("SparkConnectGrpcException", "SparkConnectException") and any(
+        marker in text for marker in _SPARK_GONE
+    )
+
+
+@contextmanager
+def retried_if_transient(context: dg.AssetExecutionContext, spark: object = None) -> Iterator[None]:
+    """Turn a transient failure of the block into a retry of the step (``dg.RetryRequested``),
+    with one line naming the cause; other failures pass through. ``spark``: the run's
+    ``SparkResource``, whose session is dropped when the server was the cause."""
+    try:
+        yield
+    except Exception as error:
+        reason = transient_reason(error)
+        if reason is None:
+            raise
+        if spark is not None and _spark_unavailable(error):
+            spark.reset()  # type: ignore[attr-defined]
+        attempt = context.retry_number
+        if attempt >= len(RETRY_SECONDS):
+            raise dg.Failure(f"{reason} (still after {attempt} retries)") from error
+        wait = RETRY_SECONDS[attempt]
+        context.log.warning(f"transient: {reason}; retry {attempt + 1} of "
+                            f"{len(RETRY_SECONDS)} in {wait} s")  # fmt: skip
+        raise dg.RetryRequested(max_retries=len(RETRY_SECONDS), seconds_to_wait=wait) from error
