@@ -1,4 +1,5 @@
-"""`cdc-platform up` (what `make demo` runs) stops cleanly: Ctrl-C or SIGTERM while runs are in
+"""`cdc-platform up` (what `make demo` runs) survives a Spark server killed under runs in flight
+(restarted; the runs retry and succeed) and stops cleanly: Ctrl-C or SIGTERM while runs are in
 flight ends every process it started, the Spark Connect server's JVM included, frees every port,
 leaves no run "started", and the next start comes up. The real stack: broker, Spark server,
 `dagster dev`, the demo's traffic."""
@@ -102,13 +103,26 @@ def _alive(tree: dict[int, int]) -> list[int]:
             if (s := stat(pid)) is not None and s[1] == started and s[2] != "Z"]  # fmt: skip
 
 
+def _in_spark_step(home: Path) -> bool:
+    """A source run is in a step that works on Spark (its change log or a current table)."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+            steps = [e for e in instance.all_logs(run.run_id) if e.is_dagster_event]
+            last = steps[-1] if steps else None
+            if (last is not None and last.dagster_event_type == dg.DagsterEventType.STEP_START
+                    and ("changelog" in (last.step_key or "") or "current" in (last.step_key or ""))
+                    and run.job_name.endswith("__ingest")):  # fmt: skip
+                return True
+    return False
+
+
 def _runs(home: Path) -> list[dg.DagsterRun]:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         return list(instance.get_runs())
 
 
 @pytest.mark.jvm
-def test_ctrl_c_and_sigterm_stop_the_whole_stack_with_runs_in_flight(tmp_path):
+def test_the_stack_survives_a_killed_spark_server_and_stops_on_ctrl_c_and_sigterm(tmp_path):
     ports = {"port": _free_port(), "reports-port": _free_port(), "broker-port": _free_port(),
              "spark-port": _free_port()}  # fmt: skip
     _catalog(tmp_path, ports["broker-port"])
@@ -116,11 +130,24 @@ def test_ctrl_c_and_sigterm_stop_the_whole_stack_with_runs_in_flight(tmp_path):
 
     up = _Up(tmp_path, ports, "--no-warm-up")
     up.wait_for(lambda: "Dagster UI" in up.text(), 300, "no Dagster UI")
+    up.wait_for(lambda: _in_spark_step(home), 240, "no run in a Spark step")
+
+    # The Spark server killed under a run in a Spark step: it is started again, and the source
+    # runs in flight succeed on the new one: the client's bounded retries reach it, or the step
+    # is retried (defs/transient.py; which of the two depends on the call in flight).
+    java = [pid for pid in descendants([up.proc.pid]) if _name(pid) == "java"]
+    in_flight = [r.run_id for r in _runs(home) if r.status in UNFINISHED and
+                 r.job_name.endswith("__ingest")]  # fmt: skip
+    os.kill(java[0], signal.SIGKILL)
+    up.wait_for(lambda: "Spark Connect server exited" in up.text(), 30, "no restart")
     up.wait_for(
-        lambda: any(r.status == dg.DagsterRunStatus.STARTED for r in _runs(home)),
-        180,
-        "no run started",
+        lambda: all(r.is_finished for r in _runs(home) if r.run_id in in_flight),
+        300,
+        "the runs in flight at the kill did not end",
     )
+    ended = {r.run_id: r.status for r in _runs(home) if r.run_id in in_flight}
+    assert set(ended.values()) == {dg.DagsterRunStatus.SUCCESS}, ended
+
     tree = up.stop(signal.SIGINT)  # what a terminal's Ctrl-C sends it
 
     assert up.proc.returncode == 0
