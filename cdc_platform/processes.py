@@ -47,6 +47,24 @@ def proc_table() -> dict[int, tuple[int, int, str]]:
     return out
 
 
+def in_sessions(sessions: set[int]) -> list[int]:
+    """The live processes (not zombies) whose session is one of ``sessions``: a child started
+    with ``start_new_session=True`` leads a session that its descendants keep unless they start
+    their own, even after their parents ended."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[3]) in sessions and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def descendants(roots: Iterable[int]) -> dict[int, int]:
     """The roots and every process below them: pid -> start time (to tell a reused pid)."""
     table = proc_table()

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdc_platform.processes import descendants, proc_table
+from cdc_platform.processes import descendants, in_sessions, proc_table
 
 GRACE = 10.0  # seconds between SIGTERM and SIGKILL when the stack stops
 RESTART_DELAYS = (1, 2, 5, 10, 30)  # the Spark server's back-off, seconds; the last repeats
@@ -73,12 +73,16 @@ class Stack:
         """Start a part in a session of its own (a terminal's Ctrl-C reaches only this process,
         which stops every part); its output goes to its log (new, or appended to with ``mode``
         "ab"), or to the console."""
-        with (self.settings.logs / f"{name}.out").open(mode) as log:
-            out = {} if console else {"stdout": log, "stderr": subprocess.STDOUT}
+        log = None if console else (self.settings.logs / f"{name}.out").open(mode)
+        out = {} if log is None else {"stdout": log, "stderr": subprocess.STDOUT}
+        try:
             self.procs[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
                 start_new_session=True, **out,
             )  # fmt: skip
+        finally:
+            if log is not None:
+                log.close()
 
     def log(self, name: str) -> Path:
         return self.settings.logs / f"{name}.out"
@@ -185,16 +189,24 @@ class Stack:
             self.seen.update(descendants([proc.pid]))
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + GRACE
-        while time.monotonic() < deadline and _alive(self.seen):
+        sessions = {proc.pid for proc in self.procs.values()}
+        while time.monotonic() < deadline and (_alive(self.seen) or in_sessions(sessions)):
             for proc in self.procs.values():
                 proc.poll()
             time.sleep(0.2)
-        for pid in _alive(self.seen):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                print(f"process {pid} did not stop in {GRACE:g} s: killed", flush=True)
-            except ProcessLookupError:
-                pass
+        # What is left, and what was started while the parts stopped (a run the daemon launched
+        # on its way out, a code server it restarted): everything in their sessions.
+        for _ in range(5):
+            left = set(_alive(self.seen)) | set(in_sessions(sessions))
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    print(f"process {pid} did not stop in {GRACE:g} s: killed", flush=True)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
         for proc in self.procs.values():
             proc.wait()
 

@@ -10,13 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
-from cdc_platform.processes import descendants, stat
+from cdc_platform.processes import descendants, in_sessions, stat
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -78,9 +79,11 @@ class _Up:
             time.sleep(0.5)
 
     def stop(self, sig: int) -> dict[int, int]:
-        """Send ``sig``; the processes that were below it (pid -> start time)."""
+        """Send ``sig``; the processes that were below it (pid -> start time). ``sessions``: the
+        sessions they were in (a process started in one later is there too)."""
         tree = descendants([self.proc.pid])
         self.names = [_name(pid) for pid in tree]
+        self.sessions = {_sid(pid) for pid in tree} - {None, os.getsid(0)}
         os.kill(self.proc.pid, sig)
         try:
             self.proc.wait(timeout=STOP_SECONDS)
@@ -96,6 +99,13 @@ def _name(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _alive(tree: dict[int, int]) -> list[int]:
@@ -121,14 +131,29 @@ def _runs(home: Path) -> list[dg.DagsterRun]:
         return list(instance.get_runs())
 
 
+@pytest.fixture
+def stacks() -> Iterator[list[_Up]]:
+    """The stacks a test starts, stopped (SIGTERM, then SIGKILL) when a failed test left them."""
+    started: list[_Up] = []
+    yield started
+    for up in started:
+        if up.proc.poll() is None:
+            os.kill(up.proc.pid, signal.SIGTERM)
+            try:
+                up.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.jvm
-def test_the_stack_survives_a_killed_spark_server_and_stops_on_ctrl_c_and_sigterm(tmp_path):
+def test_the_stack_survives_a_killed_spark_server_and_stops_on_ctrl_c_and_sigterm(tmp_path, stacks):
     ports = {"port": _free_port(), "reports-port": _free_port(), "broker-port": _free_port(),
              "spark-port": _free_port()}  # fmt: skip
     _catalog(tmp_path, ports["broker-port"])
     home = tmp_path / "home"
 
     up = _Up(tmp_path, ports, "--no-warm-up")
+    stacks.append(up)
     up.wait_for(lambda: "Dagster UI" in up.text(), 300, "no Dagster UI")
     up.wait_for(lambda: _in_spark_step(home), 240, "no run in a Spark step")
 
@@ -138,6 +163,7 @@ def test_the_stack_survives_a_killed_spark_server_and_stops_on_ctrl_c_and_sigter
     java = [pid for pid in descendants([up.proc.pid]) if _name(pid) == "java"]
     in_flight = [r.run_id for r in _runs(home) if r.status in UNFINISHED and
                  r.job_name.endswith("__ingest")]  # fmt: skip
+    assert in_flight
     os.kill(java[0], signal.SIGKILL)
     up.wait_for(lambda: "Spark Connect server exited" in up.text(), 30, "no restart")
     up.wait_for(
@@ -148,11 +174,17 @@ def test_the_stack_survives_a_killed_spark_server_and_stops_on_ctrl_c_and_sigter
     ended = {r.run_id: r.status for r in _runs(home) if r.run_id in in_flight}
     assert set(ended.values()) == {dg.DagsterRunStatus.SUCCESS}, ended
 
+    up.wait_for(
+        lambda: any(r.status == dg.DagsterRunStatus.STARTED for r in _runs(home)),
+        120,
+        "no run in flight to stop",
+    )
     tree = up.stop(signal.SIGINT)  # what a terminal's Ctrl-C sends it
 
     assert up.proc.returncode == 0
     assert {"tansu", "java"} <= set(up.names)  # the broker, the Spark server's JVM, ...
     assert _alive(tree) == []
+    assert in_sessions(up.sessions) == []  # nor anything started while it stopped
     assert all(_bindable(p) for p in ports.values()), {n: _bindable(p) for n, p in ports.items()}
     runs = _runs(home)
     assert not [r.run_id for r in runs if r.status in UNFINISHED]
@@ -162,9 +194,11 @@ def test_the_stack_survives_a_killed_spark_server_and_stops_on_ctrl_c_and_sigter
 
     # The next start comes up on the same ports and instance; SIGTERM stops it too.
     again = _Up(tmp_path, ports, "--no-spark-server")
+    stacks.append(again)
     again.wait_for(lambda: "Dagster UI" in again.text(), 300, "no Dagster UI the second time")
     again.wait_for(lambda: not _bindable(ports["port"]), 120, "the UI's port not taken")
     tree = again.stop(signal.SIGTERM)
     assert again.proc.returncode == 0
     assert _alive(tree) == []
+    assert in_sessions(again.sessions) == []
     assert all(_bindable(p) for p in ports.values())
