@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from cdc_platform.processes import descendants, proc_table
+from cdc_platform.processes import descendants, proc_table, signal_group
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -355,7 +355,7 @@ class DemoStack:
         for name, proc in reversed(list(self.procs.items())):
             if proc.poll() is None and not stop_group(proc):
                 print(f"{name} did not stop in 30 s: killed", file=sys.stderr)
-            _signal_group(proc.pid, signal.SIGKILL)  # stragglers of its group
+            signal_group(proc.pid, signal.SIGKILL)  # stragglers of its group
             proc.wait()
         now = proc_table()
         for pid, started in self.seen.items():
@@ -387,13 +387,6 @@ class DemoStack:
         if data["__typename"] != "Runs":
             raise StackError(f"GraphQL runsOrError: {data.get('message')}")
         return data["results"]
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def install_dagster_yaml(home: Path) -> str:

@@ -27,18 +27,18 @@ def stop_group(proc: subprocess.Popen, grace: float = 30) -> bool:
     return False
 
 
-def stat(pid: int | str) -> tuple[int, int, str] | None:
-    """(parent pid, start time in clock ticks, state letter) of a process, None when there is
-    none (Linux /proc: the start time tells a reused pid apart; state Z is a zombie)."""
+def stat(pid: int | str) -> tuple[int, int, str, int] | None:
+    """(parent pid, start time in clock ticks, state letter, session id) of a process, None when
+    there is none (Linux /proc: the start time tells a reused pid apart; state Z is a zombie)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), int(fields[19]), fields[0]
+    return int(fields[1]), int(fields[19]), fields[0], int(fields[3])
 
 
-def proc_table() -> dict[int, tuple[int, int, str]]:
+def proc_table() -> dict[int, tuple[int, int, str, int]]:
     """pid -> ``stat(pid)`` of every process now."""
     out = {}
     for entry in os.scandir("/proc"):
@@ -51,25 +51,22 @@ def in_sessions(sessions: set[int]) -> list[int]:
     """The live processes (not zombies) whose session is one of ``sessions``: a child started
     with ``start_new_session=True`` leads a session that its descendants keep unless they start
     their own, even after their parents ended."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[3]) in sessions and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, s in proc_table().items() if s[3] in sessions and s[2] != "Z"]
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """``sig`` to the process group ``pid`` leads, if it still exists."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def descendants(roots: Iterable[int]) -> dict[int, int]:
     """The roots and every process below them: pid -> start time (to tell a reused pid)."""
     table = proc_table()
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
+    for pid, (ppid, *_) in table.items():
         children.setdefault(ppid, []).append(pid)
     found, todo = {}, [r for r in roots if r in table]
     while todo:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdc_platform.processes import descendants, in_sessions, proc_table
+from cdc_platform.processes import descendants, in_sessions, proc_table, signal_group
 
 GRACE = 10.0  # seconds between SIGTERM and SIGKILL when the stack stops
 RESTART_DELAYS = (1, 2, 5, 10, 30)  # the Spark server's back-off, seconds; the last repeats
@@ -160,8 +160,7 @@ class Stack:
         restart_at: float | None = None
         while True:
             time.sleep(0.5)
-            for proc in self.procs.values():
-                self.seen.update(descendants([proc.pid]))
+            self.seen.update(descendants([proc.pid for proc in self.procs.values()]))
             for name, proc in self.procs.items():
                 if proc.poll() is None or name == "spark-server":
                     continue
@@ -187,7 +186,7 @@ class Stack:
         JVM runs in a group of its own)."""
         for proc in self.procs.values():
             self.seen.update(descendants([proc.pid]))
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + GRACE
         sessions = {proc.pid for proc in self.procs.values()}
         while time.monotonic() < deadline and (_alive(self.seen) or in_sessions(sessions)):
@@ -214,13 +213,6 @@ class Stack:
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _alive(seen: dict[int, int]) -> list[int]:
