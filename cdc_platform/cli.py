@@ -155,7 +155,10 @@ def _parser() -> argparse.ArgumentParser:
         "--no-warm-up", dest="warm_up", action="store_false",
         help="start the UI without the Spark server's warm-up (the first runs are slower)",
     )  # fmt: skip
-    u.add_argument("--every", type=float, default=30, help="seconds between traffic batches")
+    u.add_argument(
+        "--every", type=float, default=30,
+        help="seconds between demo traffic batches (0: the first batch only)",
+    )  # fmt: skip
     o = sub.add_parser(
         "reset-offsets",
         description="make a Kafka source's next run read from the earliest or latest",

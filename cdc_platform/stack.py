@@ -135,8 +135,9 @@ class Stack:
             self._wait("spark-server", lambda: _listening(s.spark_port), "spark-server", 300)
             if s.warm_up:
                 self._wait("spark-server", self._spark_warm, "the Spark server's warm-up", 600)
-        traffic = [cli, "demo", *sources, "--batches", "0", "--every", str(s.every)]
-        self._spawn("demo-traffic", traffic)
+        if s.every > 0:  # else the first batch was all (a part that exits stops the stack)
+            self._spawn("demo-traffic", [cli, "demo", *sources, "--batches", "0", "--every",
+                                         str(s.every)])  # fmt: skip
         web = f"http://{s.host}:{s.port}"
         env = {
             "DAGSTER_HOME": str(s.home),
@@ -150,8 +151,8 @@ class Stack:
             env["CDC_SPARK_SERVER_LOG"] = str(self.log("spark-server"))  # named when it fails
         self._spawn("dagster", [self._bin("dagster"), "dev", "-w", "workspace.yaml", "-h", s.host,
                                 "-p", str(s.port)], env, console=True)  # fmt: skip
-        print(f"Dagster UI: {web}  (new demo traffic every {s.every:g} s; Ctrl-C stops all)",
-              flush=True)  # fmt: skip
+        traffic = f"new demo traffic every {s.every:g} s" if s.every > 0 else "no more demo traffic"
+        print(f"Dagster UI: {web}  ({traffic}; Ctrl-C stops all)", flush=True)
         print(f"Data Docs:  http://{s.host}:{s.reports_port}", flush=True)
 
     def watch(self) -> int:
