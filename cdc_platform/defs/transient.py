@@ -23,12 +23,16 @@ from deltalake.exceptions import CommitFailedError
 from cdc_platform.ingest.kafka import KafkaUnavailable
 
 RETRY_SECONDS = (5, 15, 30)
-# What a Spark Connect client says when its server is gone or was restarted under it.
+# What a Spark Connect client says when its server is gone or was restarted under it: its own
+# errors, and PySparkRuntimeError's RESPONSE_ALREADY_RECEIVED, raised when the session or the
+# operation of a query whose first results had arrived is gone (the fault suite met it).
+_SPARK_ERRORS = ("SparkConnectGrpcException", "SparkConnectException", "PySparkRuntimeError")
 _SPARK_GONE = (
     "StatusCode.UNAVAILABLE",
     "SESSION_NOT_FOUND",
     "SESSION_CHANGED",
     "NO_ACTIVE_SESSION",
+    "INVALID_HANDLE.OPERATION_NOT_FOUND",
 )
 
 
@@ -51,9 +55,7 @@ def _spark_unavailable(error: BaseException) -> bool:
     """A Spark Connect call that could not reach the server (gRPC UNAVAILABLE), or a session the
     server (restarted) or the client (after such a failure) no longer knows."""
     text = str(error)
-    return type(error).__name__ in ("SparkConnectGrpcException", "SparkConnectException") and any(
-        marker in text for marker in _SPARK_GONE
-    )
+    return type(error).__name__ in _SPARK_ERRORS and any(marker in text for marker in _SPARK_GONE)
 
 
 @contextmanager

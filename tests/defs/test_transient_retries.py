@@ -54,6 +54,7 @@ def test_a_lost_delta_race_and_an_unreachable_broker_are_transient(tmp_path):
 
 
 def test_a_spark_connect_server_that_is_gone_is_transient(monkeypatch):
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -71,6 +72,15 @@ def test_a_spark_connect_server_that_is_gone_is_transient(monkeypatch):
         "the Spark Connect server sc://127.0.0.1:15002 is unavailable "
         "(its log: var/spark-server.out)"
     )
+    # A query whose first results had arrived when the server restarted (its reattach finds
+    # neither session nor operation): the client's own error, as reattach.py raises it.
+    for lost in ("INVALID_HANDLE.SESSION_NOT_FOUND", "INVALID_HANDLE.OPERATION_NOT_FOUND"):
+        error = PySparkRuntimeError(
+            errorClass="RESPONSE_ALREADY_RECEIVED", messageParameters={"error_type": lost}
+        )
+        assert transient.transient_reason(error).startswith("the Spark Connect server")
+    other = PySparkRuntimeError(errorClass="SESSION_NOT_SAME", messageParameters={})
+    assert transient.transient_reason(other) is None
 
 
 def test_dagster_retries_a_transient_failure_and_not_a_deterministic_one(tmp_path, monkeypatch):
