@@ -14,7 +14,13 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata, profiled
 from cdc_platform.defs.partitions import daily_partitions, today
 from cdc_platform.defs.resources import LakeResource
-from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, Tick, run_in_flight
+from cdc_platform.defs.runs import (
+    INCREMENTAL,
+    INCREMENTAL_TAG,
+    Tick,
+    finish_or_skip,
+    run_in_flight,
+)
 from cdc_platform.defs.transient import retried_if_transient
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import RAW, TableRef, version
@@ -104,27 +110,31 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
             "cursor holds the last run key requested, raw's version, and a generation counting "
             "the times raw was recreated (offsets start over then). A tick that finds the last "
             "request's offsets unmoved skips: its run is queued, running, or failed (re-execute "
-            "it, or new records bring a new request)."
+            "it, or new records bring a new request). With no record waiting, it requests a run "
+            "once when an output lacks part of its input (a run died after its raw commit)."
         ),
     )
     def kafka_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
         raw = TableRef(RAW, source.name).uri(lake.warehouse_path)
         tick = Tick.start(context.cursor, version(raw))  # recreated: offsets start over
         waiting = kafka.pending(lake.warehouse_path, source)
-        if not waiting:
-            return tick.skip("raw has every record of the topics")
-        if running := run_in_flight(context.instance, job_name):
-            # Its batch ends where it ends; what is left is requested on a later tick.
-            return tick.skip(f"run {running.run_id[:8]} is still ingesting")
         backlog = sum(h - s for parts in waiting.values() for s, h in parts.values())
-        return tick.request(
-            waiting_text(waiting),
-            "offsets",
-            lambda key: dg.RunRequest(
+
+        def make(key: str) -> dg.RunRequest:
+            return dg.RunRequest(
                 run_key=key,
                 partition_key=today().isoformat(),
                 tags={INCREMENTAL_TAG: INCREMENTAL, "cdc/backlog": str(backlog)},
-            ),
-        )
+            )
+
+        if not waiting:
+            return finish_or_skip(
+                context, tick, job_name, lake.warehouse_path, source, make,
+                "raw has every record of the topics",
+            )  # fmt: skip
+        if running := run_in_flight(context.instance, job_name):
+            # Its batch ends where it ends; what is left is requested on a later tick.
+            return tick.skip(f"run {running.run_id[:8]} is still ingesting")
+        return tick.request(waiting_text(waiting), "offsets", make)
 
     return kafka_sensor

@@ -11,8 +11,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import dagster as dg
+
+from cdc_platform.catalog import SourceConfig
+from cdc_platform.steps.progress import unfinished
 
 # Run tag of sensor runs: they ingest and normalize only what raw or the change log lacks.
 INCREMENTAL_TAG = "cdc/mode"
@@ -120,3 +124,23 @@ class Tick:
             )
         cursor = SensorCursor(run_key=key, raw_version=self.raw_version, generation=self.generation)
         return dg.SensorResult(run_requests=[make(key)], cursor=cursor.dumps())
+
+
+def finish_or_skip(
+    context: dg.SensorEvaluationContext,
+    tick: Tick,
+    job_name: str,
+    warehouse: Path,
+    source: SourceConfig,
+    make: Callable[[str], dg.RunRequest],
+    reason: str,
+) -> dg.SensorResult:
+    """A tick that found nothing new to ingest: a run ``make(run_key)`` when the source's
+    outputs lack some of their input (a run died after its raw commit, and no new data would
+    bring the next one), once per such state; else skip for ``reason``."""
+    left = unfinished(warehouse, source)
+    if left is None:
+        return tick.skip(reason)
+    if running := run_in_flight(context.instance, job_name):
+        return tick.skip(f"run {running.run_id[:8]} of {job_name} is queued or running")
+    return tick.request(f"finish:{left}", "unfinished outputs", make)

@@ -3,12 +3,14 @@
 import dagster as dg
 
 from cdc_platform.catalog import SourceConfig
+from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import (
     INCREMENTAL,
     INCREMENTAL_TAG,
     SensorCursor,
     Tick,
+    finish_or_skip,
     run_in_flight,
 )
 from cdc_platform.lake import RAW, TableRef, version
@@ -51,7 +53,8 @@ def build_landing_sensor(
             "last run key, raw's version and a generation counting the times raw was recreated. "
             "A tick skips while a run of the job is queued or running, and when the last request "
             "did not ingest its files (it failed: re-execute it). Dates outside the source's "
-            "partitions are logged and left alone."
+            "partitions are logged and left alone. With no file pending, it requests a run once "
+            "when an output lacks part of its input (a run died after its raw commit)."
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
@@ -77,10 +80,12 @@ def build_landing_sensor(
             )
         pending = {d: names for d, names in pending.items() if d in valid}
         if not pending:
-            return tick.skip(
+            return finish_or_skip(
+                context, tick, job_name, lake.warehouse_path, source,
+                lambda key: request_for([today().isoformat()], key, 0),
                 "raw holds every landing file"
-                + (f" (dates outside the partitions: {', '.join(outside)})" if outside else "")
-            )
+                + (f" (dates outside the partitions: {', '.join(outside)})" if outside else ""),
+            )  # fmt: skip
         files = sum(len(names) for names in pending.values())
         return tick.request(
             pending_text(pending), "files", lambda key: request_for(sorted(pending), key, files)

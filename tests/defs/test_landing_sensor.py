@@ -19,6 +19,7 @@ from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SOURCE_TAG, Sen
 from cdc_platform.defs.sensors import RANGE_END_TAG, RANGE_START_TAG
 from cdc_platform.demo import write_demo_traffic
 from cdc_platform.steps.raw import ingest_landing
+from tests.normalized import mark_normalized
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = "2026-03-01"
@@ -84,6 +85,7 @@ def test_one_incremental_run_for_the_pending_files_then_nothing_until_new_files(
     assert shop.tick(None).run_requests[0].run_key == request.run_key  # same state, same key
 
     shop.ingest([DAY])  # the run did its work: raw holds every file
+    mark_normalized(catalog.warehouse_path, "shop")  # ... and its change log too
     done = shop.tick(first.cursor)
     assert done.run_requests == [] and "raw holds every landing file" in _reason(done)
     assert SensorCursor.parse(done.cursor).raw_version is not None
@@ -92,6 +94,29 @@ def test_one_incremental_run_for_the_pending_files_then_nothing_until_new_files(
     (later,) = shop.tick(done.cursor).run_requests
     assert later.partition_key == DAY and later.run_key != request.run_key
     assert later.tags["cdc/pending_files"] == "1"  # only the new file
+
+
+def test_a_run_that_died_after_its_raw_commit_is_finished_by_one_more_run(catalog, instance):
+    """Raw holds every file but a run died before its outputs had them (kill -9 in normalize):
+    with no new file to bring the next run, the sensor asks for one that finishes them, once."""
+    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    shop = _Shop(catalog, instance)
+    first = shop.tick(None)
+    shop.ingest([DAY])  # the requested run's raw commit; then it died
+    (finish,) = shop.tick(first.cursor).run_requests
+    assert finish.run_key.startswith("finish:raw@0>normalized@None")
+    assert finish.tags[INCREMENTAL_TAG] == INCREMENTAL  # it normalizes what raw has new
+    assert finish.partition_key == today().isoformat()
+    again = shop.tick(shop.tick(first.cursor).cursor)
+    assert again.run_requests == [] and "already requested" in _reason(again)  # not a loop
+
+    run = _add_run(instance, shop.job, dg.DagsterRunStatus.STARTED)  # its outputs are moving
+    assert shop.tick(None).run_requests == []
+    instance.report_run_failed(instance.get_run_by_id(run.run_id))
+
+    mark_normalized(catalog.warehouse_path, "shop", version=0)  # the finishing run did its work
+    done = shop.tick(first.cursor)
+    assert done.run_requests == [] and "raw holds every landing file" in _reason(done)
 
 
 def _add_run(instance: dg.DagsterInstance, job: dg.JobDefinition, status) -> dg.DagsterRun:
@@ -146,6 +171,7 @@ def test_dates_before_the_partitions_are_logged_and_skipped(catalog, instance):
     (request,) = shop.tick(None).run_requests
     assert request.partition_key == today().isoformat()
     shop.ingest([today().isoformat()])
+    mark_normalized(catalog.warehouse_path, "shop")
     skipped = shop.tick(None)
     assert skipped.run_requests == []
     assert f"outside the partitions: {DAY}" in _reason(skipped)
