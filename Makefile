@@ -12,7 +12,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
+.PHONY: install browser demo test test-faults test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -38,7 +38,13 @@ demo: install
 test: install browser
 	$(BIN)/ruff check .
 	@# The 25 slowest tests at the end: docs/testing.md keeps the list.
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -m "not faults" --durations=25
+
+# The fault-injection suite (tests/ops/test_faults.py): one live stack under traffic, a fault per
+# test, the tables checked against the generator's reference state after each. CI runs it after
+# `make test`; bench/faults.py prints its recovery times.
+test-faults: install
+	$(BIN)/pytest -q -m faults --durations=10
 
 # The tests that start no JVM and no browser (catalog, formats' contract, landing reader, sensors
 # on delta-rs tables, definitions, layering, CLI errors, Kafka ingest): well under 3 minutes.
