@@ -102,6 +102,38 @@ def debezium(e: Event) -> Iterator[str]:
     yield _j({"before": before, "after": after, "source": source, "op": op, "ts_ms": T0 + i + 3})
 
 
+_DEBEZIUM_FIELDS = [
+    {"field": "id", "type": "int32", "optional": False},
+    {"field": "name", "type": "string", "optional": True},
+    {"field": "amount", "type": "bytes", "optional": True,
+     "name": "org.apache.kafka.connect.data.Decimal",
+     "parameters": {"scale": "2", "connect.decimal.precision": "10"}},
+    {"field": "updated_at", "type": "int64", "optional": True},
+]  # fmt: skip
+_DEBEZIUM_IMAGE = {"type": "struct", "fields": _DEBEZIUM_FIELDS, "optional": True}
+_DEBEZIUM_SCHEMA = {"type": "struct", "name": "bench.inventory.orders.Envelope", "fields": [
+    {**_DEBEZIUM_IMAGE, "field": "before"}, {**_DEBEZIUM_IMAGE, "field": "after"},
+    {"type": "struct", "field": "source", "fields": []}, {"type": "string", "field": "op"},
+]}  # fmt: skip
+
+
+def _decimal_image(img: dict | None) -> dict | None:
+    """``amount`` as Kafka Connect writes a Decimal by default: base64 of the unscaled value."""
+    if img is None:
+        return None
+    cents = round(img["amount"] * 100)
+    raw = cents.to_bytes(max(1, (cents.bit_length() + 8) // 8), "big", signed=True)
+    return {**img, "amount": base64.b64encode(raw).decode()}
+
+
+def debezium_schema(e: Event) -> Iterator[str]:
+    """Debezium as Kafka Connect's JsonConverter writes it by default (schemas.enable): the
+    schema envelope, and the amount a Connect Decimal."""
+    i, op, _, before, after = e
+    line = next(debezium((i, op, _, _decimal_image(before), _decimal_image(after))))
+    yield '{"schema":' + _j(_DEBEZIUM_SCHEMA) + ',"payload":' + line + "}"
+
+
 def lindorm(e: Event) -> Iterator[str]:
     i, op, _, before, after = e
     source = {"version": "v1.0", "db": "ld-bench", "namespace": "default", "table": "orders",
@@ -243,6 +275,7 @@ def ogg(e: Event) -> Iterator[str]:
 
 ENCODERS: dict[str, tuple[Callable[[Event], Iterator[str]], str]] = {
     "debezium": (debezium, ".jsonl"),
+    "debezium-schema": (debezium_schema, ".jsonl"),
     "lindorm": (lindorm, ".jsonl"),
     "dataworks": (dataworks, ".jsonl"),
     "datahub-tuple": (datahub_tuple, ".jsonl"),
@@ -252,6 +285,12 @@ ENCODERS: dict[str, tuple[Callable[[Event], Iterator[str]], str]] = {
     "maxwell": (maxwell, ".jsonl"),
     "ogg": (ogg, ".jsonl"),
 }
+
+
+# Encodings of one format: the parser that reads them.
+PARSER = {"debezium-schema": "debezium"}
+# Encodings whose messages carry their column types (the catalog declares none for them).
+SELF_TYPED = {"debezium-schema"}
 
 
 def encode(fmt: str, events: list[Event], out: Path) -> Path:
@@ -265,11 +304,16 @@ def encode(fmt: str, events: list[Event], out: Path) -> Path:
     return path
 
 
-def run(spark, out: Path, fmt: str, path: Path, expected: tuple[int, int]) -> dict:
-    """Ingest, normalize, merge into a fresh warehouse; times and the check."""
-    warehouse = out / f"warehouse-{fmt}"
+def run(
+    spark, out: Path, encoding: str, parser: str, path: Path, expected: tuple[int, int]
+) -> dict:
+    """``encoding``'s file through ingest, normalize and merge with ``parser``, into a fresh
+    warehouse; times and the check."""
+    fmt = PARSER.get(parser, parser)
+    types = {} if encoding in SELF_TYPED else TYPES
+    warehouse = out / f"warehouse-{encoding}-{parser}"
     shutil.rmtree(warehouse, ignore_errors=True)
-    source = SourceConfig(name=SOURCE, format=fmt, primary_key=["id"], column_types=TYPES)
+    source = SourceConfig(name=SOURCE, format=fmt, primary_key=["id"], column_types=types)
     t: dict[str, float] = {}
     cpu = cpu_seconds()
     start = time.perf_counter()
@@ -318,17 +362,18 @@ def parse_stage(spark, out: Path, fmt: str, path: Path, reps: int) -> dict:
     shutil.rmtree(warehouse, ignore_errors=True)
     ingest_files(warehouse, SOURCE, [(path, str(path.resolve()))], DATE, whole_date=True)
     raw = lake.read(spark, lake.TableRef(lake.RAW, SOURCE).uri(warehouse))
-    times: dict[str, list[tuple[float, float]]] = {fmt: [], "auto": []}
+    named_parser = PARSER.get(fmt, fmt)
+    times: dict[str, list[tuple[float, float]]] = {named_parser: [], "auto": []}
     for _ in range(reps):
-        for parser in (fmt, "auto"):
+        for parser in (named_parser, "auto"):
             start, cpu = time.perf_counter(), cpu_seconds()
             _parsed(raw, parser).write.format("noop").mode("overwrite").save()
             times[parser].append((time.perf_counter() - start, cpu_seconds() - cpu))
-    named, auto = _summary(raw, fmt), _summary(raw, "auto")
+    named, auto = _summary(raw, named_parser), _summary(raw, "auto")
     errors = sum(n for (kind, _), n in named.items() if kind == "error")
     check = "OK" if named == auto and not errors else f"DIFFER: {fmt} {named} auto {auto}"
     result = {"check": check}
-    for parser, label in ((fmt, "named"), ("auto", "auto")):
+    for parser, label in ((named_parser, "named"), ("auto", "auto")):
         result[label] = {
             "wall": _median([w for w, _ in times[parser]]),
             "cpu": _median([c for _, c in times[parser]]),
@@ -386,7 +431,7 @@ def main() -> None:
     # warm-up (not reported): JIT and first-use costs would otherwise land on the first format
     first = formats[0]
     small = encode(first, events[:1000], out / "warmup")
-    warm = run(spark, out / "warmup", first, small, (0, 0))["total"]
+    warm = run(spark, out / "warmup", first, first, small, (0, 0))["total"]
     print(f"warm-up ({first}, 1,000 events, not reported): {warm:.1f} s")
 
     print(f"\nparse: {args.reps} runs each of the named format and auto, medians")
@@ -408,7 +453,7 @@ def main() -> None:
     rows = []
     for fmt in formats:
         for label, parser in ((fmt, fmt), (f"auto ({fmt} file)", "auto")):
-            r = run(spark, out, parser, paths[fmt], expected)
+            r = run(spark, out, fmt, parser, paths[fmt], expected)
             rows.append((label, r))
             print(f"  {label}: {r['total']:.1f} s, {r['cpu']:.1f} s CPU, {r['check']}", flush=True)
 

@@ -114,23 +114,28 @@ def hbase_spec(sql_type: str | None) -> ColumnSpec:
 
 
 def _signed_big_endian(b: Column) -> Column:
-    """Two's complement big-endian bytes -> decimal(38,0), with Spark higher-order functions."""
+    """Two's complement big-endian bytes -> decimal(38,0), with Spark higher-order functions;
+    null when the value has more than 38 digits. A negative value is read from its complement
+    (-(~b + 1)), so no step outgrows the value itself, and every step is a try_ (an overflow is
+    null: a type mismatch, not a failed job, under ANSI mode)."""
     hexed = F.hex(b)
     n = F.octet_length(b)
-    unsigned = F.aggregate(
+    negative = F.conv(F.substring(hexed, 1, 2), 16, 10).cast("int") >= 128
+
+    def digit(i: Column) -> Column:
+        byte = F.conv(F.substring(hexed, i * 2 + 1, 2), 16, 10).cast("int")
+        return F.when(negative, 255 - byte).otherwise(byte)
+
+    magnitude = F.aggregate(
         F.sequence(F.lit(0), n - 1),
         F.lit(0).cast("decimal(38,0)"),
-        lambda acc, i: (
-            acc * 256 + F.conv(F.substring(hexed, i * 2 + 1, 2), 16, 10).cast("int")
-        ).cast("decimal(38,0)"),
+        lambda acc, i: F.try_add(F.try_multiply(acc, F.lit(256)), digit(i)).cast("decimal(38,0)"),
     )
-    negative = F.conv(F.substring(hexed, 1, 2), 16, 10).cast("int") >= 128
     return (
         F.when(n == 0, F.lit(None))
-        .when(
-            negative, (unsigned - F.pow(F.lit(256), n).cast("decimal(38,0)")).cast("decimal(38,0)")
-        )
-        .otherwise(unsigned)
+        # x -1, not negate: Spark's unary minus rounds a 38-digit decimal to 34 digits first.
+        .when(negative, F.try_multiply(F.try_add(magnitude, F.lit(1)), F.lit(-1)))
+        .otherwise(magnitude)
     )
 
 
