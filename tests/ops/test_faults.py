@@ -104,6 +104,12 @@ class Live:
             time.sleep(0.5)
         return found
 
+    def ended(self, run: dg.DagsterRun, timeout: float, why: str) -> dg.DagsterRun:
+        """``run`` once it has finished."""
+        return self.wait_for(
+            lambda: (r := runs(self.home, run_ids=[run.run_id])[0]).is_finished and r, timeout, why
+        )
+
     def recovery(self, since: float, timeout: float = RECOVERY_TIMEOUT) -> float:
         """Seconds from ``since`` (epoch) until every source's current table shows an event
         written after it, at most LAG_S old."""
@@ -233,10 +239,7 @@ def test_spark_server_killed_in_a_merge(live):
         os.kill(live.up.processes("java")[0], signal.SIGKILL)
         live.up.wait_for(lambda: "Spark Connect server exited" in live.up.text(), 30, "no restart")
         seconds = live.recovery(since)
-        ended = live.wait_for(
-            lambda: (r := runs(live.home, run_ids=[run.run_id])[0]).is_finished and r, 300,
-            "the run in the merge did not end",
-        )  # fmt: skip
+        ended = live.ended(run, 300, "the run in the merge did not end")
     assert ended.status == dg.DagsterRunStatus.SUCCESS, ended.status
     found = live.drained_and_exact()  # nothing lost or duplicated
     _report(
@@ -254,10 +257,7 @@ def test_run_killed_in_normalize(live):
         since = time.time()
         os.kill(int(run.tags[PID_TAG]), signal.SIGKILL)
         seconds = live.recovery(since)
-        ended = live.wait_for(
-            lambda: (r := runs(live.home, run_ids=[run.run_id])[0]).is_finished and r, 120,
-            "run monitoring did not end the killed run",
-        )  # fmt: skip
+        ended = live.ended(run, 120, "run monitoring did not end the killed run")
     assert ended.status == dg.DagsterRunStatus.FAILURE, ended.status
     found = live.drained_and_exact()  # nothing lost or duplicated
     _report(
