@@ -134,6 +134,11 @@ def debezium_schema(e: Event) -> Iterator[str]:
     yield '{"schema":' + _j(_DEBEZIUM_SCHEMA) + ',"payload":' + line + "}"
 
 
+def debezium_numeric(e: Event) -> Iterator[str]:
+    """The same with the JsonConverter's ``decimal.format=NUMERIC``: the Decimal a JSON number."""
+    yield '{"schema":' + _j(_DEBEZIUM_SCHEMA) + ',"payload":' + next(debezium(e)) + "}"
+
+
 def lindorm(e: Event) -> Iterator[str]:
     i, op, _, before, after = e
     source = {"version": "v1.0", "db": "ld-bench", "namespace": "default", "table": "orders",
@@ -276,6 +281,7 @@ def ogg(e: Event) -> Iterator[str]:
 ENCODERS: dict[str, tuple[Callable[[Event], Iterator[str]], str]] = {
     "debezium": (debezium, ".jsonl"),
     "debezium-schema": (debezium_schema, ".jsonl"),
+    "debezium-numeric": (debezium_numeric, ".jsonl"),
     "lindorm": (lindorm, ".jsonl"),
     "dataworks": (dataworks, ".jsonl"),
     "datahub-tuple": (datahub_tuple, ".jsonl"),
@@ -288,9 +294,9 @@ ENCODERS: dict[str, tuple[Callable[[Event], Iterator[str]], str]] = {
 
 
 # Encodings of one format: the parser that reads them.
-PARSER = {"debezium-schema": "debezium"}
+PARSER = {"debezium-schema": "debezium", "debezium-numeric": "debezium"}
 # Encodings whose messages carry their column types (the catalog declares none for them).
-SELF_TYPED = {"debezium-schema"}
+SELF_TYPED = {"debezium-schema", "debezium-numeric"}
 
 
 def encode(fmt: str, events: list[Event], out: Path) -> Path:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 DECODERS = (
     "cast",  # text -> type with try_cast
@@ -23,8 +24,16 @@ DECODERS = (
     "epoch_micros",
     "epoch_nanos",
     "iso_timestamp",  # ISO-8601 text with zone -> timestamp
-    "decimal_bytes",  # Kafka Connect Decimal: base64 big-endian unscaled value, scale in the type
+    # Kafka Connect Decimal: base64 big-endian unscaled value (the scale in the type), or a JSON
+    # number with the JsonConverter's decimal.format=NUMERIC; the token's type tells which
+    "decimal_bytes",
+    "variable_scale_decimal",  # Debezium VariableScaleDecimal: {"scale": s, "value": base64}
 )
+# Decoders that need the value's JSON token as on the wire (``decode``'s ``token``), not only
+# its text: digits-only text such as 1234 is a number, or valid base64 in a JSON string.
+TOKEN_DECODERS = ("decimal_bytes",)
+# Spark's own type for a decimal of unknown precision and scale (DecimalType.SYSTEM_DEFAULT).
+VARIABLE_DECIMAL = "decimal(38,18)"
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ _LOGICAL = {
     "io.debezium.time.IsoTimestamp": ColumnSpec("timestamp", "iso_timestamp"),
     # Times of day stay as their wire numbers/text: Spark has no portable TIME type.
     "io.debezium.data.Bits": ColumnSpec("binary", "base64"),
+    # PostgreSQL NUMERIC without a precision: each value carries its own scale.
+    "io.debezium.data.VariableScaleDecimal": ColumnSpec(VARIABLE_DECIMAL, "variable_scale_decimal"),
 }
 
 
@@ -139,8 +150,44 @@ def _signed_big_endian(b: Column) -> Column:
     )
 
 
-def decode(wire: Column, spec: ColumnSpec) -> Column:
-    """Wire text -> typed value (null when it does not decode)."""
+def might_be_number(wire: Column) -> Column:
+    """True when wire text may have been a JSON number (the only values whose token matters)."""
+    return wire.rlike(r"^-?[0-9][0-9.eE+-]*$")
+
+
+def connect_tokens(value: Column, columns: list[str]) -> Column:
+    """The JSON tokens of ``columns`` in a JsonConverter message's images, as variants:
+    ``{before: {column: token}, after: ...}`` (a Connect Decimal's type comes from a JsonConverter
+    schema, so its values sit under ``payload``). Only these columns are built; a variant keeps a
+    number's every digit, where ``from_json``'s text of a number went through a double."""
+    image = T.StructType([T.StructField(c, T.VariantType()) for c in columns])
+    images = T.StructType([T.StructField("before", image), T.StructField("after", image)])
+    schema = T.StructType([T.StructField("payload", images)])
+    return F.from_json(value.cast("string"), schema).payload
+
+
+def _shifted(unscaled: Column, scale: Column | int, sql_type: str) -> Column:
+    """unscaled x 10^-scale as ``sql_type``, shifting the point in text: exact, where decimal
+    division would round."""
+    return F.concat(unscaled.cast("string"), F.lit("E-"), F.lit(scale).cast("string")).try_cast(
+        sql_type
+    )
+
+
+def _variable_scale_decimal(wire: Column) -> Column:
+    """``{"scale": s, "value": base64}`` -> VARIABLE_DECIMAL; null (a type mismatch) when the
+    value has more fractional digits than the type keeps, rather than rounded."""
+    struct = F.from_json(wire, "scale int, value string")
+    unscaled = _signed_big_endian(F.try_to_binary(struct.value, F.lit("base64")))
+    kept = int(VARIABLE_DECIMAL.split(",")[1].rstrip(")"))
+    dropped = struct.scale - kept
+    exact = (dropped <= 0) | unscaled.cast("string").endswith(F.repeat(F.lit("0"), dropped))
+    return F.when(exact, _shifted(unscaled, struct.scale, VARIABLE_DECIMAL))
+
+
+def decode(wire: Column, spec: ColumnSpec, token: Column | None = None) -> Column:
+    """Wire text -> typed value (null when it does not decode). ``token``: for
+    ``TOKEN_DECODERS``, the value's JSON token as on the wire (null: not read)."""
     d = spec.decoder
     if d == "cast":
         if spec.type == "string":
@@ -165,8 +212,14 @@ def decode(wire: Column, spec: ColumnSpec) -> Column:
     if d == "decimal_bytes":
         scale = int(spec.type.split(",")[1].rstrip(")"))
         unscaled = _signed_big_endian(F.try_to_binary(wire, F.lit("base64")))
-        # Shift the point in text: exact, where decimal division would round.
-        return F.concat(unscaled.cast("string"), F.lit(f"E-{scale}")).try_cast(spec.type)
+        from_bytes = _shifted(unscaled, scale, spec.type)
+        if token is None:
+            return from_bytes
+        # decimal.format=NUMERIC: the number's own text is the value; a JSON string is base64.
+        number = token.isNotNull() & ~token.startswith('"')
+        return F.when(number, token.try_cast(spec.type)).otherwise(from_bytes)
+    if d == "variable_scale_decimal":
+        return _variable_scale_decimal(wire)
     raise ValueError(f"unknown decoder {d!r}")
 
 

@@ -7,17 +7,44 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_platform.formats import canonical as C
-from cdc_platform.formats.column_specs import decode
+from cdc_platform.formats.column_specs import (
+    TOKEN_DECODERS,
+    connect_tokens,
+    decode,
+    might_be_number,
+)
 from cdc_platform.normalize.columns import to_quarantine
 from cdc_platform.normalize.plan import TablePlan
 
+IMAGES = {"before": "before_image", "after": "after_image"}
 
-def _typed_image(image: str, plan: TablePlan) -> Column:
-    img = F.col(image)
-    return F.when(
-        img.isNotNull(),
-        F.struct(*[decode(img[c], spec).alias(c) for c, spec in plan.specs.items()]),
+
+def _token_columns(plan: TablePlan) -> list[str]:
+    return [c for c, spec in plan.specs.items() if spec.decoder in TOKEN_DECODERS]
+
+
+def _tokens(plan: TablePlan, where: Column) -> Column:
+    """The JSON tokens of the plan's ``TOKEN_DECODERS`` columns, read from the raw message only
+    where a wire value may have been a number (a default base64 Decimal is not read twice)."""
+    columns = _token_columns(plan)
+    maybe = reduce(
+        lambda a, b: a | b,
+        [might_be_number(F.col(image)[c]) for image in IMAGES.values() for c in columns],
     )
+    return F.when(where & F.coalesce(maybe, F.lit(False)), connect_tokens(F.col("value"), columns))
+
+
+def _typed_image(image: str, plan: TablePlan, tokens: Column | None) -> Column:
+    img = F.col(IMAGES[image])
+
+    def typed(c: str) -> Column:
+        spec = plan.specs[c]
+        token = None
+        if tokens is not None and spec.decoder in TOKEN_DECODERS:
+            token = F.to_json(tokens[image][c])
+        return decode(img[c], spec, token).alias(c)
+
+    return F.when(img.isNotNull(), F.struct(*[typed(c) for c in plan.specs]))
 
 
 def _first_problem(plan: TablePlan, before: Column, after: Column) -> Column:
@@ -57,10 +84,14 @@ def with_typed_parts(frame: DataFrame, plan: TablePlan, name: str, where: Column
     """``frame`` plus column ``name``, null where ``where`` is not true: a change's typed parts
     under ``plan`` (``key``, ``before``, ``after``, ``after_columns``: which columns a partial
     after image carries, null for a full one; ``reason``: why it cannot be applied)."""
-    b, a = f"{name}_before", f"{name}_after"
+    b, a, t = f"{name}_before", f"{name}_after", f"{name}_tokens"
+    tokens = None
+    if _token_columns(plan):
+        # Its own column, so that Spark reads a message's tokens once, not at every use.
+        frame, tokens = frame.withColumn(t, _tokens(plan, where)), F.col(t)
     frame = frame.withColumns(
-        {b: F.when(where, _typed_image("before_image", plan)),
-         a: F.when(where, _typed_image("after_image", plan))}
+        {b: F.when(where, _typed_image("before", plan, tokens)),
+         a: F.when(where, _typed_image("after", plan, tokens))}
     )  # fmt: skip
     key_image = F.when(F.col("op") == C.DELETE, F.col(b)).otherwise(F.col(a))
     parts = F.struct(
@@ -70,7 +101,7 @@ def with_typed_parts(frame: DataFrame, plan: TablePlan, name: str, where: Column
         F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
         _first_problem(plan, F.col(b), F.col(a)).alias("reason"),
     )
-    return frame.withColumn(name, F.when(where, parts)).drop(b, a)
+    return frame.withColumn(name, F.when(where, parts)).drop(b, a, t)
 
 
 def typed_records(frame: DataFrame, name: str, plan: TablePlan, final: TablePlan) -> DataFrame:

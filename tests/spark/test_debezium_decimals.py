@@ -1,7 +1,12 @@
-"""A Kafka Connect Decimal as the JsonConverter writes it by default (base64 of the unscaled
-value, big-endian two's complement) is read exactly to 38 digits, negative values included, and
-a value with one digit too many is a type mismatch in the quarantine, not a failed job (Spark's
-ANSI mode fails a query on a decimal overflow)."""
+"""A Kafka Connect Decimal in each of the JsonConverter's encodings gives the same table: base64
+text of the unscaled value (the default, ``decimal.format=BASE64``) and a JSON number
+(``decimal.format=NUMERIC``, KIP-481; what Paimon's and Flink CDC's published Debezium test data
+use). The token's type tells them apart, never the text: digits-only text like ``1234`` is valid
+base64 too. Numbers are exact to 38 digits (``from_json`` reads a number through a double).
+
+Debezium's ``VariableScaleDecimal`` (PostgreSQL NUMERIC without a precision: ``{"scale": s,
+"value": base64}`` in either encoding) becomes decimal(38,18), exactly, and a value with more
+fractional digits than 18 is a type mismatch, not rounded."""
 
 import base64
 import json
@@ -18,7 +23,8 @@ pytestmark = pytest.mark.spark
 DATE = "2026-01-01"
 # column -> (precision, scale)
 DECIMALS = {"pt": (2, 1), "d": (8, 1), "u": (20, 0), "big": (38, 9), "neg": (12, 1)}
-# Row values (column d, row 2: the digits-only base64 text "1234").
+# Row values. Column d: row 1 as a number is the token 1234, and row 2 in base64 is the text
+# "1234" (-265882.4 at scale 1): the same text, told apart by the token's type.
 ROWS = [
     {"id": 1, "pt": "1.1", "d": "1234", "u": "987654321",
      "big": "12345678901234567890.123456789", "neg": "-0.5"},
@@ -29,9 +35,16 @@ ROWS = [
     {"id": 4, "pt": "-0.1", "d": "0.1", "u": "1",
      "big": "-99999999999999999999999999999.999999999", "neg": "1"},
 ]  # fmt: skip
+# VariableScaleDecimal column v, per row: (unscaled, scale) as the wire carries them.
+VARIABLE = {1: (314159, 5), 2: (-123456789012345678905, 1), 3: (0, 0),
+            4: (15 * 10**19, 20)}  # fmt: skip
+VARIABLE_VALUES = {1: "3.14159", 2: "-12345678901234567890.5", 3: "0", 4: "1.5"}
 # One digit too many for decimal(38,9): a type mismatch in the quarantine, not a failed job.
 TOO_BIG = {"id": 5, "pt": "0.1", "d": "0.1", "u": "1", "big": "100000000000000000000000000000",
            "neg": "1"}  # fmt: skip
+# A variable-scale value with 19 fractional digits, one more than decimal(38,18) keeps.
+TOO_FINE = {"id": 6, "pt": "0.1", "d": "0.1", "u": "1", "big": "1", "neg": "1"}
+VARIABLE[5], VARIABLE[6] = (1, 0), (1, 19)
 
 
 def _base64(value: str, scale: int) -> str:
@@ -46,7 +59,10 @@ def _schema() -> dict:
          "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
          "parameters": {"scale": str(s), "connect.decimal.precision": str(p)}}
         for c, (p, s) in DECIMALS.items()
-    ]  # fmt: skip
+    ] + [{"field": "v", "type": "struct", "optional": True,
+          "name": "io.debezium.data.VariableScaleDecimal", "version": 1,
+          "fields": [{"field": "scale", "type": "int32", "optional": False},
+                     {"field": "value", "type": "bytes", "optional": False}]}]  # fmt: skip
     image = {"type": "struct", "fields": fields, "optional": True, "name": "inv.t.Value"}
     return {"type": "struct", "name": "inv.t.Envelope", "fields": [
         {**image, "field": "before"}, {**image, "field": "after"},
@@ -54,34 +70,62 @@ def _schema() -> dict:
     ]}  # fmt: skip
 
 
-def _message(pos: int, row: dict) -> str:
-    after = {"id": row["id"], **{c: _base64(row[c], scale) for c, (_, scale) in DECIMALS.items()}}
+def _message(pos: int, row: dict, encoding: str) -> str:
+    after: dict = {"id": row["id"]}
+    for c, (_, scale) in DECIMALS.items():
+        if encoding == "base64":
+            after[c] = _base64(row[c], scale)
+        else:
+            after[c] = Decimal(row[c])  # written below as a bare JSON number
+    unscaled, scale = VARIABLE[row["id"]]
+    size = max(1, (unscaled.bit_length() + 8) // 8)
+    value = base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+    after["v"] = {"scale": scale, "value": value}  # bytes are base64 in either encoding
     source = {"connector": "mysql", "db": "inv", "table": "t", "ts_ms": 1000 + pos,
               "file": "mysql-bin.000001", "pos": pos, "row": 0}  # fmt: skip
     payload = {"before": None, "after": after, "op": "c", "source": source, "ts_ms": 1000 + pos}
-    return json.dumps({"schema": _schema(), "payload": payload})
+    text = json.dumps({"schema": _schema(), "payload": payload}, default=str)
+    if encoding == "numeric":  # json.dumps wrote each Decimal as a string: unquote it
+        for c in DECIMALS:
+            text = text.replace(f'"{c}": "{after[c]}"', f'"{c}": {after[c]}')
+    return text
 
 
-def _current(spark, tmp_path) -> tuple[list[dict], list]:
-    landing = tmp_path / "events.jsonl"
-    lines = [_message(10 * (i + 1), row) for i, row in enumerate([*ROWS, TOO_BIG])]
+def _current(spark, tmp_path, encoding: str) -> tuple[list[dict], list]:
+    landing = tmp_path / encoding / "events.jsonl"
+    landing.parent.mkdir()
+    lines = [
+        _message(10 * (i + 1), row, encoding) for i, row in enumerate([*ROWS, TOO_BIG, TOO_FINE])
+    ]
     landing.write_text("\n".join(lines) + "\n")
-    warehouse = tmp_path / "warehouse"
+    warehouse = tmp_path / encoding / "warehouse"
     table = TableConfig(name="t", source_table="inv.t", primary_key=["id"])
     source = SourceConfig(name="s", format="debezium", tables=[table])
     replay(spark, warehouse, [landing], source, DATE)
     rows = lake.read(spark, lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse))
     quarantine = lake.read_arrow(lake.TableRef(lake.QUARANTINE, "s").uri(warehouse))
     reasons = [] if quarantine is None else quarantine.column("reason").to_pylist()
-    columns = ["id", *DECIMALS]
+    columns = ["id", *DECIMALS, "v"]
     return rows.select(*columns).orderBy("id").toArrow().to_pylist(), reasons
 
 
-def test_connect_decimals_are_exact_to_38_digits_and_an_overflow_is_quarantined(spark, tmp_path):
-    expected = [{"id": r["id"], **{c: Decimal(r[c]) for c in DECIMALS}} for r in ROWS]
-    assert _base64("-265882.4", 1) == "1234"
-    rows, reasons = _current(spark, tmp_path)
-    assert rows == expected
-    assert len(reasons) == 1, reasons
-    assert reasons[0].startswith("type mismatch: after.big = "), reasons
-    assert reasons[0].endswith(" is not decimal(38,9)"), reasons
+def test_base64_and_numeric_decimals_give_the_same_exact_table(spark, tmp_path):
+    expected = [
+        {
+            "id": r["id"],
+            **{c: Decimal(r[c]) for c in DECIMALS},
+            "v": Decimal(VARIABLE_VALUES[r["id"]]),
+        }
+        for r in ROWS
+    ]
+    assert _base64("-265882.4", 1) == "1234"  # the digits-only base64 text the test relies on
+    assert '"d": 1234,' in _message(10, ROWS[0], "numeric")
+    for encoding in ("base64", "numeric"):
+        rows, reasons = _current(spark, tmp_path, encoding)
+        assert rows == expected, encoding
+        assert len(reasons) == 2, (encoding, reasons)
+        big, fine = sorted(reasons)
+        assert big.startswith("type mismatch: after.big = "), (encoding, reasons)
+        assert big.endswith(" is not decimal(38,9)"), (encoding, reasons)
+        assert fine.startswith("type mismatch: after.v = "), (encoding, reasons)
+        assert fine.endswith(" is not decimal(38,18)"), (encoding, reasons)
