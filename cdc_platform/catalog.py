@@ -168,6 +168,11 @@ def _settings(v: object) -> object:
     return v
 
 
+def _comma_joined(v: object) -> object:
+    """A YAML list of addresses as the one comma-separated text the clients take."""
+    return ",".join(str(s) for s in v) if isinstance(v, list) else v
+
+
 def _no_literal_secrets(settings: dict[str, str]) -> None:
     for k, v in settings.items():
         if _SECRET.search(k) and not _ENV_REF.fullmatch(v):
@@ -218,10 +223,7 @@ class KafkaConfig(_Strict):
         "secrets as ${ENV_VAR}",
     )
 
-    @field_validator("bootstrap_servers", mode="before")
-    @classmethod
-    def _join_servers(cls, v: object) -> object:
-        return ",".join(str(s) for s in v) if isinstance(v, list) else v
+    _join_servers = field_validator("bootstrap_servers", mode="before")(_comma_joined)
 
     @field_validator("topics", mode="before")
     @classmethod
@@ -279,15 +281,93 @@ class KafkaConfig(_Strict):
         """librdkafka settings with every ``${ENV_VAR}`` resolved from the environment now."""
         raw = {"bootstrap.servers": self.bootstrap_servers, **self.consumer, **self.security}
 
-        def resolve(key: str, value: str) -> str:
-            def var(m: re.Match) -> str:
-                if m[1] not in os.environ:
-                    raise CatalogError(f"kafka {key}: environment variable {m[1]} is not set")
-                return os.environ[m[1]]
+        return {k: _resolve_env(f"kafka {k}", v) for k, v in raw.items()}
 
-            return _ENV_REF.sub(var, value)
 
-        return {k: resolve(k, v) for k, v in raw.items()}
+def _resolve_env(where: str, value: str) -> str:
+    """``value`` with every ``${ENV_VAR}`` replaced from the environment now."""
+
+    def var(m: re.Match) -> str:
+        if m[1] not in os.environ:
+            raise CatalogError(f"{where}: environment variable {m[1]} is not set")
+        return os.environ[m[1]]
+
+    return _ENV_REF.sub(var, value)
+
+
+class SchemaRegistryConfig(_Strict):
+    """A Confluent-compatible schema registry (Confluent Schema Registry, Karapace, Apicurio's
+    ccompat API, Redpanda), for Avro keys and values in the Confluent wire format.
+
+    A message names its writer schema by id, so reading needs only the registry's address and
+    credentials. The subject name strategies say under which subject a key or value schema is
+    registered: they matter with ``use_latest_version`` (read with the subject's newest schema).
+    """
+
+    url: str = Field(description="http(s)://host:port[/path] (or a comma-separated list)")
+    basic_auth_user_info: str | None = Field(
+        None, description="user:password for HTTP basic auth; the password as ${ENV_VAR}"
+    )
+    ssl_ca_location: str | None = Field(None, description="CA bundle (PEM) to verify the registry")
+    ssl_certificate_location: str | None = Field(None, description="client certificate (PEM)")
+    ssl_key_location: str | None = Field(None, description="client private key (PEM)")
+    ssl_key_password: str | None = Field(None, description="the key's password, as ${ENV_VAR}")
+    key_subject_name_strategy: Literal["topic", "record", "topic_record"] = Field(
+        "topic", description="topic: <topic>-key; record: the record's full name; "
+        "topic_record: <topic>-<record full name>",
+    )  # fmt: skip
+    value_subject_name_strategy: Literal["topic", "record", "topic_record"] = Field(
+        "topic", description="as key_subject_name_strategy, for values (<topic>-value)"
+    )
+    use_latest_version: bool = Field(
+        False,
+        description="read every message with its subject's newest schema (Avro schema "
+        "resolution) rather than the schema it was written with",
+    )
+
+    _join_urls = field_validator("url", mode="before")(_comma_joined)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        for url in v.split(","):
+            if not re.match(r"^(https?|mock)://[^\s/]+", url.strip()) and not _ENV_REF.search(url):
+                raise ValueError(f"{url!r} is not an http(s):// URL")
+        return v
+
+    @field_validator("basic_auth_user_info")
+    @classmethod
+    def _password_from_env(cls, v: str | None) -> str | None:
+        if v is not None and not (
+            _ENV_REF.fullmatch(v) or re.fullmatch(r"[^:]*:\$\{[A-Za-z_][A-Za-z0-9_]*\}", v)
+        ):
+            raise ValueError(
+                "basic_auth_user_info holds a password: write user:${SCHEMA_REGISTRY_PASSWORD} "
+                "(or ${VAR} for the whole), never the password itself"
+            )
+        return v
+
+    @field_validator("ssl_key_password")
+    @classmethod
+    def _key_password_from_env(cls, v: str | None) -> str | None:
+        if v is not None and not _ENV_REF.fullmatch(v):
+            raise ValueError("ssl_key_password is a secret: write ${VAR}, never the secret")
+        return v
+
+    def client_settings(self) -> dict[str, str]:
+        """``SchemaRegistryClient`` settings, every ``${ENV_VAR}`` resolved from the environment
+        now."""
+        settings = {
+            "url": self.url,
+            "basic.auth.user.info": self.basic_auth_user_info,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        return {
+            k: _resolve_env(f"schema_registry {k}", v) for k, v in settings.items() if v is not None
+        }
 
 
 class SourceConfig(_KeyAndTypes):
@@ -304,6 +384,9 @@ class SourceConfig(_KeyAndTypes):
     )
     format_options: dict[str, str] = Field(
         default_factory=dict, description="options of the format, e.g. lindorm.hbase: 'true'"
+    )
+    schema_registry: SchemaRegistryConfig | None = Field(
+        None, description="where the schemas of Avro keys and values (Confluent wire format) are"
     )
     primary_key: list[str] | None = Field(
         None, description="key columns of every table that has no primary_key of its own"

@@ -15,6 +15,7 @@ from cdc_platform.catalog import (
     Catalog,
     KafkaConfig,
     QualityConfig,
+    SchemaRegistryConfig,
     SourceConfig,
     SparkConfig,
     TableConfig,
@@ -26,6 +27,7 @@ BLOCKS: list[tuple[type[BaseModel], str]] = [
     (SparkConfig, "`spark`"),
     (SourceConfig, "`sources[]`"),
     (KafkaConfig, "`sources[].kafka`"),
+    (SchemaRegistryConfig, "`sources[].schema_registry`"),
     (TableConfig, "`sources[].tables[]`"),
     (QualityConfig, "`sources[].quality`, `sources[].tables[].quality`"),
 ]

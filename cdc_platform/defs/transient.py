@@ -5,6 +5,7 @@ Retried (``retried_if_transient``, up to ``len(RETRY_SECONDS)`` times, waiting `
 - the Spark Connect server is unavailable (restarting after a crash, out of memory, kill -9): the
   run's session is stopped so the retry connects a new one;
 - the Kafka broker is unreachable (no metadata, no watermarks);
+- the schema registry is unreachable or failing (HTTP 5xx), raised in a Spark task reading Avro;
 - a Delta commit lost a race to another writer (delta-rs ``CommitFailedError``).
 
 Everything else fails the step at once, so a deterministic failure never loops: a blocking check
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 import dagster as dg
 from deltalake.exceptions import CommitFailedError
 
+from cdc_platform.formats import confluent_avro
 from cdc_platform.ingest.kafka import KafkaUnavailable
 
 RETRY_SECONDS = (5, 15, 30)
@@ -40,6 +42,8 @@ def transient_reason(error: BaseException) -> str | None:
     """One line saying why ``error`` is transient, None when it is not."""
     if isinstance(error, KafkaUnavailable):
         return f"the Kafka broker is unreachable: {error}"
+    if registry := confluent_avro.unavailable_reason(str(error)):
+        return f"the schema registry is unavailable: {registry}"
     if isinstance(error, CommitFailedError):
         return f"a Delta commit lost a race to another writer: {error}"
     if _spark_unavailable(error):

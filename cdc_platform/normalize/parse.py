@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from cdc_platform import formats
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import confluent_avro
 from cdc_platform.normalize.columns import image_columns
 from cdc_platform.normalize.plan import Known, SchemaGroup, TablePlan, plan_tables
 from cdc_platform.normalize.typed import with_typed_parts
@@ -26,10 +27,26 @@ MAX_TYPED_TABLES = 8
 TYPED = "__typed"  # the index of the plan a parsed row fits (null: none)
 
 
+def registry_reading(source: SourceConfig) -> confluent_avro.Reading | None:
+    """How ``source`` reads Avro in the Confluent wire format (None: it has no registry)."""
+    r = source.schema_registry
+    if r is None:
+        return None
+    return confluent_avro.Reading(
+        r.client_settings(),
+        r.key_subject_name_strategy,
+        r.value_subject_name_strategy,
+        r.use_latest_version,
+    )
+
+
 def parse_messages(raw: DataFrame, source: SourceConfig) -> DataFrame:
-    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept."""
+    """Parsed records with ``sequence`` and ``qualified_table``; raw columns are kept (Avro
+    keys and values as they arrived, read as the JsonConverter's JSON text)."""
     parser = formats.parser_for(source.format)
-    parsed = parser.parse(raw, source.format_options)
+    reading = registry_reading(source)
+    parsed = parser.parse(confluent_avro.decoded(raw, reading), source.format_options)
+    parsed = confluent_avro.with_outcome(parsed, reading)
     return parsed.withColumn(
         "sequence", F.concat(F.coalesce("source_sequence", F.lit("")), F.lit("|"), C.raw_position())
     ).withColumn("qualified_table", F.concat_ws(".", "database", "schema", "table"))
