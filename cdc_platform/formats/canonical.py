@@ -24,6 +24,8 @@ KIND_CHANGE = "change"  # a row change (or a truncate) of one table
 KIND_CONTROL = "control"  # heartbeat, transaction marker, Kafka tombstone: changes no row
 KIND_DDL = "ddl"  # schema change statement: kept, changes no row
 KIND_ERROR = "error"  # cannot be parsed or applied: goes to quarantine with `reason`
+# ``format: auto``'s reason for a message no format claims.
+UNRECOGNISED = "no format recognises this message"
 KINDS = (KIND_CHANGE, KIND_CONTROL, KIND_DDL, KIND_ERROR)
 
 IMAGE = T.MapType(T.StringType(), T.StringType())

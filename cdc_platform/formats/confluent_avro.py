@@ -26,6 +26,7 @@ import base64
 import io
 import json
 import re
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -37,6 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 
 ERROR = "_avro_error"  # why a framed key or value did not decode (null: it did, or not framed)
 WIRE_VALUE = "_wire_value"  # the value as it arrived, restored after the parse
@@ -180,6 +182,20 @@ def unavailable_reason(error_text: str) -> str | None:
     return said[-1][:300] if said else None
 
 
+class RegistryTlsError(RuntimeError):
+    """The TLS handshake with the registry failed (a configuration error: not retried)."""
+
+
+def _tls_failure(error: BaseException) -> bool:
+    """Whether ``error`` or what caused it is a TLS failure (certificate, handshake)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class MessageError(ValueError):
     """This message cannot be decoded (its reason goes to the quarantine)."""
 
@@ -231,6 +247,8 @@ class Decoder:
         try:
             return call()
         except httpx.TransportError as e:
+            if _tls_failure(e):  # a certificate or key the registry refuses: no retry mends it
+                raise RegistryTlsError(f"schema registry {self.url}: TLS failed: {e}") from e
             raise RegistryUnavailable(f"{UNAVAILABLE}: schema registry {self.url}: {e}") from e
         except SchemaRegistryError as e:
             if e.http_status_code == 404:
@@ -360,7 +378,9 @@ def with_outcome(parsed: DataFrame, registry: Reading | None) -> DataFrame:
             F.lit("Confluent Avro (magic byte 0, schema id "), schema_id(F.col("value")),
             F.lit("): set schema_registry on the source to read it"),
         )  # fmt: skip
-        unread = (F.col("kind") == C.KIND_ERROR) & framed(F.col("value"))
+        # Only where no format could read the message as JSON, not a binary format's own error.
+        unreadable = F.col("reason").isin(J.NOT_AN_OBJECT, C.UNRECOGNISED)
+        unread = (F.col("kind") == C.KIND_ERROR) & unreadable & framed(F.col("value"))
         return parsed.withColumn("reason", F.when(unread, no_registry).otherwise(F.col("reason")))
     failed = F.col(ERROR).isNotNull()
     return parsed.withColumns(

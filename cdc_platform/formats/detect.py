@@ -78,7 +78,7 @@ def _unrouted(rows: DataFrame, claimed: Column) -> DataFrame:
     kind = F.when(F.col("value").isNull(), F.lit(C.KIND_CONTROL)).otherwise(F.lit(C.KIND_ERROR))
     reason = (
         F.when(F.col("value").isNull(), F.lit("kafka tombstone"))
-        .when(claimed == "", F.lit("no format recognises this message"))
+        .when(claimed == "", F.lit(C.UNRECOGNISED))
         .otherwise(
             F.concat(F.lit("ambiguous: claimed by "), F.regexp_replace(claimed, ",", " and "))
         )

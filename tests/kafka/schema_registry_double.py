@@ -14,39 +14,115 @@ the documented subset of the REST API the client's serializer and our reader cal
 - ``GET /subjects/{subject}/versions/{version|latest}``: ``{subject, id, version, schema}``;
 - ``GET /subjects``.
 
-With ``user_info`` set, every request needs that HTTP basic auth, else 401.
+With ``user_info`` set, every request needs that HTTP basic auth, else 401. With ``tls``
+(``make_tls``'s files) it serves HTTPS, and asks for a client certificate its CA signed.
 """
 
 import base64
+import datetime as dt
+import ipaddress
 import json
 import re
+import ssl
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: Path  # the CA certificate both sides trust
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _issue(name: str, issuer: tuple | None, folder: Path, ca: bool = False) -> tuple:
+    """A key and certificate for ``name`` (127.0.0.1 as its address), signed by ``issuer``
+    ((certificate, key); None: self-signed), written as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer[0].subject if issuer else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        address = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+        builder = builder.add_extension(x509.SubjectAlternativeName([address]), critical=False)
+    cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+    (folder / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / f"{name}.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert, key
+
+
+def make_tls(folder: Path) -> TlsFiles:
+    """A throwaway CA, and a server and a client certificate it signed."""
+    ca = _issue("ca", None, folder, ca=True)
+    _issue("server", ca, folder)
+    _issue("client", ca, folder)
+    return TlsFiles(folder / "ca.pem", folder / "server.pem", folder / "server.key",
+                    folder / "client.pem", folder / "client.key")  # fmt: skip
 
 
 class SchemaRegistryDouble:
-    def __init__(self, user_info: str | None = None):
+    def __init__(self, user_info: str | None = None, tls: TlsFiles | None = None):
         self.user_info = user_info
+        self.tls = tls
         self.schemas: list[str] = []  # id - 1 -> schema text
         self.subjects: dict[str, list[int]] = {}  # subject -> ids by version
         self.requests: list[str] = []  # "GET /schemas/ids/1", ...
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.port = 0
+        self._server: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> "SchemaRegistryDouble":
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def start(self) -> None:
+        """Serve (again, after ``stop``: on the same port, with the same schemas)."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self.port = self._server.server_address[1]
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.server_cert, self.tls.server_key)
+            context.load_verify_locations(self.tls.ca)
+            context.verify_mode = ssl.CERT_REQUIRED  # mutual TLS: the client shows its own
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """An outage: the port refuses connections until ``start``."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
     def register(self, subject: str, schema: str) -> int:
         if schema not in self.schemas:

@@ -220,17 +220,52 @@ def test_debezium_avro_through_the_registry_gives_the_current_table(
     assert len(fetched) <= 4 * len(set(fetched)), registry.requests
 
 
-def test_an_unreachable_registry_fails_the_batch_as_transient(
+def test_a_registry_outage_fails_the_batch_as_transient_and_loses_nothing(
     spark, tmp_path, kafka_bootstrap, registry
 ):
+    """While the registry is down, normalizing fails with a transient error (the step retries)
+    and writes nothing; once it is back, the same batch gives the whole table and an empty
+    quarantine."""
     topic = _topic(kafka_bootstrap, "avro-down")
-    _produce(kafka_bootstrap, topic, _messages(registry, topic)[:2])
+    _produce(kafka_bootstrap, topic, _messages(registry, topic)[:8])  # the readable ones
     warehouse = tmp_path / "warehouse"
-    registry.stop()  # its port now refuses connections
     source = _source(kafka_bootstrap, topic, registry.url, "debezium")
     kafka.ingest_kafka(warehouse, source, date=DATE)
+    registry.stop()
     with pytest.raises(Exception) as failed:
         normalize_source(spark, warehouse, source, [DATE])
     reason = transient_reason(failed.value)
     assert reason is not None and reason.startswith("the schema registry is unavailable: "), reason
     assert registry.url in reason
+    assert lake.read_arrow(lake.TableRef(lake.QUARANTINE, "k").uri(warehouse)) is None
+
+    registry.start()
+    normalize_source(spark, warehouse, source, [DATE])
+    merge_current(spark, warehouse, "k", TABLE)
+    rows = current_rows(spark, warehouse, "k", TABLE).select(*EXPECTED[0]).orderBy("id")
+    assert rows.toArrow().to_pylist() == EXPECTED
+    quarantine = lake.read_arrow(lake.TableRef(lake.QUARANTINE, "k").uri(warehouse))
+    assert quarantine is None or quarantine.num_rows == 0
+
+
+def test_avro_on_a_source_without_a_registry_says_to_set_one(
+    spark, tmp_path, kafka_bootstrap, registry
+):
+    topic = _topic(kafka_bootstrap, "avro-unset")
+    _produce(kafka_bootstrap, topic, _messages(registry, topic)[:2])
+    warehouse = tmp_path / "warehouse"
+    source = SourceConfig(
+        name="k",
+        transport="kafka",
+        format="auto",
+        kafka=KafkaConfig(
+            bootstrap_servers=kafka_bootstrap, topics=[topic], idle_timeout_seconds=5
+        ),
+    )
+    kafka.ingest_kafka(warehouse, source, date=DATE)
+    normalize_source(spark, warehouse, source, [DATE])
+    quarantine = lake.read_arrow(lake.TableRef(lake.QUARANTINE, "k").uri(warehouse))
+    reasons = quarantine.column("reason").to_pylist()
+    assert len(reasons) == 2
+    assert all(r.startswith("Confluent Avro (magic byte 0, schema id ") for r in reasons), reasons
+    assert all(r.endswith("): set schema_registry on the source to read it") for r in reasons)

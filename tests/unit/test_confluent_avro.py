@@ -1,11 +1,13 @@
 """The Confluent wire format's reader without Spark: Avro schemas as Kafka Connect schemas, messages
 decoded through confluent-kafka's in-memory ``mock://`` registry into the JsonConverter's JSON,
-subject name strategies with ``use_latest_version``, the ``schema_registry`` settings, and the
-unreachable registry as a transient error."""
+subject name strategies with ``use_latest_version``, the ``schema_registry`` settings, mutual
+TLS against the registry test double, and the unreachable registry as a transient error."""
 
+import io
 import json
 from decimal import Decimal
 
+import fastavro
 import pytest
 from confluent_kafka.schema_registry import record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -15,6 +17,7 @@ from cdc_platform.catalog import CatalogError, SchemaRegistryConfig
 from cdc_platform.defs.transient import transient_reason
 from cdc_platform.formats import confluent_avro as A
 from cdc_platform.formats.column_specs import connect_field_spec
+from tests.kafka.schema_registry_double import SchemaRegistryDouble, make_tls
 
 ROW = {"type": "record", "name": "Row", "namespace": "db.t", "fields": [
     {"name": "id", "type": "int"},
@@ -130,3 +133,31 @@ def test_an_unreachable_registry_is_transient():
     reason = transient_reason(RuntimeError(text))
     assert reason == f"the schema registry is unavailable: {str(raised.value).split(': ', 1)[1]}"
     assert "http://127.0.0.1:1" in reason
+
+
+def _framed(schema_id: int, schema: dict, record: dict) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+
+
+def test_tls_with_a_client_certificate(tmp_path):
+    """HTTPS with mutual TLS: the registry's CA, and a client certificate it signed; without
+    them the handshake fails, which is a configuration error (no retry), not an outage."""
+    tls = make_tls(tmp_path)
+    small = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "int"}]}
+    with SchemaRegistryDouble(tls=tls) as registry:
+        sid = registry.register("t-key", json.dumps(small))
+        data = _framed(sid, small, {"id": 7})
+        trusted = A.Decoder(A.Reading({
+            "url": registry.url, "ssl.ca.location": str(tls.ca),
+            "ssl.certificate.location": str(tls.client_cert),
+            "ssl.key.location": str(tls.client_key),
+        }))  # fmt: skip
+        assert json.loads(trusted.json_text(data, "t", "key"))["payload"] == {"id": 7}
+        for conf in (
+            {"url": registry.url},  # the server's certificate is not trusted
+            {"url": registry.url, "ssl.ca.location": str(tls.ca)},
+        ):  # no client cert
+            with pytest.raises(A.RegistryTlsError, match="TLS failed"):
+                A.Decoder(A.Reading(conf)).json_text(data, "t", "key")
