@@ -84,7 +84,13 @@ class TableConfig(_KeyAndTypes):
     column_types: dict[str, str] = Field(
         default_factory=dict,
         description="column -> Spark SQL type (string boolean tinyint smallint int bigint float "
-        "double decimal(p,s) date timestamp binary); wins over the message's schema",
+        "double decimal(p,s) date timestamp binary), or '<type> from <encoding>' for what the "
+        "wire holds (docs/configuration.md); wins over the message's schema",
+    )
+    infer_types: bool | None = Field(
+        None,
+        description="type columns that no schema or column_types types from their JSON "
+        "tokens: numbers bigint or double, booleans boolean; default: the source's",
     )
     column_list: list[str] | None = Field(None, description="keep only these columns (+ key)")
     except_column_list: list[str] | None = Field(None, description="drop these columns")
@@ -395,6 +401,12 @@ class SourceConfig(_KeyAndTypes):
         default_factory=dict,
         description="column -> type for every table (a table's own column_types win)",
     )
+    infer_types: bool = Field(
+        False,
+        description="for messages without a schema: JSON numbers typed bigint (integral) or "
+        "double, booleans boolean, merged over a batch and widened as the lake allows; strings "
+        "stay strings (Debezium's JsonConverter without schemas)",
+    )
     tables: list[TableConfig] = Field(
         default_factory=list,
         description="declared tables; others found in the data are routed by their name",
@@ -462,6 +474,16 @@ class SourceConfig(_KeyAndTypes):
             if name not in declared
         ]
         return [*self.tables, *routed]
+
+    @property
+    def infers_any(self) -> bool:
+        """Whether any table of the source may type columns from JSON tokens."""
+        return self.infer_types or any(t.infer_types for t in self.tables)
+
+    def infers(self, table: TableConfig | None) -> bool:
+        """Whether ``table`` (None: a routed one) types its schemaless columns from tokens."""
+        own = table.infer_types if table is not None else None
+        return self.infer_types if own is None else own
 
     def table_config(self, name: str) -> TableConfig:
         """The declared table of that name, else defaults (a routed table)."""

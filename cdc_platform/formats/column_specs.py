@@ -28,6 +28,13 @@ DECODERS = (
     # number with the JsonConverter's decimal.format=NUMERIC; the token's type tells which
     "decimal_bytes",
     "variable_scale_decimal",  # Debezium VariableScaleDecimal: {"scale": s, "value": base64}
+    "base64_url",  # URL-safe base64 text -> binary (binary.handling.mode=base64-url-safe)
+    "hex",  # hex text -> binary (binary.handling.mode=hex)
+    # A time of day as a number since midnight -> "HH:MM:SS.ffffff" text (Spark and Delta have
+    # no TIME type; the text sorts in time order and is the same whatever the wire's precision).
+    "time_millis",
+    "time_micros",
+    "time_nanos",
 )
 # Decoders that need the value's JSON token as on the wire (``decode``'s ``token``), not only
 # its text: digits-only text such as 1234 is a number, or valid base64 in a JSON string.
@@ -69,8 +76,12 @@ _LOGICAL = {
     "io.debezium.time.NanoTimestamp": ColumnSpec("timestamp", "epoch_nanos"),
     "io.debezium.time.ZonedTimestamp": ColumnSpec("timestamp", "iso_timestamp"),
     "io.debezium.time.IsoTimestamp": ColumnSpec("timestamp", "iso_timestamp"),
-    # Times of day stay as their wire numbers/text: Spark has no portable TIME type.
     "io.debezium.data.Bits": ColumnSpec("binary", "base64"),
+    # Times of day, in every time.precision.mode: the same text.
+    "io.debezium.time.Time": ColumnSpec("string", "time_millis"),
+    "org.apache.kafka.connect.data.Time": ColumnSpec("string", "time_millis"),
+    "io.debezium.time.MicroTime": ColumnSpec("string", "time_micros"),
+    "io.debezium.time.NanoTime": ColumnSpec("string", "time_nanos"),
     # PostgreSQL NUMERIC without a precision: each value carries its own scale.
     "io.debezium.data.VariableScaleDecimal": ColumnSpec(VARIABLE_DECIMAL, "variable_scale_decimal"),
 }
@@ -99,18 +110,62 @@ _SQL_TYPE = re.compile(
 _ALIASES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint",
             "bool": "boolean", "text": "string", "varchar": "string", "real": "float",
             "bytes": "binary"}  # fmt: skip
+# What a configured ``<type> from <encoding>`` says the wire holds, for values a message does not
+# type (a schemaless JsonConverter, Debezium's string binary modes): type -> encoding -> spec.
+ENCODINGS: dict[str, dict[str, ColumnSpec]] = {
+    "date": {"epoch_days": ColumnSpec("date", "epoch_days")},
+    "timestamp": {
+        "epoch_millis": ColumnSpec("timestamp", "epoch_millis"),
+        "epoch_micros": ColumnSpec("timestamp", "epoch_micros"),
+        "epoch_nanos": ColumnSpec("timestamp", "epoch_nanos"),
+    },
+    "time": {
+        "millis": ColumnSpec("string", "time_millis"),
+        "micros": ColumnSpec("string", "time_micros"),
+        "nanos": ColumnSpec("string", "time_nanos"),
+    },
+    "binary": {
+        "base64": ColumnSpec("binary", "base64"),
+        "base64_url": ColumnSpec("binary", "base64_url"),
+        "hex": ColumnSpec("binary", "hex"),
+    },
+    "decimal": {"base64": ColumnSpec("decimal", "decimal_bytes")},  # a Connect Decimal's bytes
+}
+_TYPES_HELP = (
+    "use string, boolean, tinyint, smallint, int, bigint, float, double, decimal(p,s), date, "
+    "timestamp or binary; or '<type> from <encoding>': "
+    + "; ".join(
+        f"{'decimal(p,s)' if t == 'decimal' else t} from {'|'.join(e)}"
+        for t, e in ENCODINGS.items()
+    )
+)
 
 
 def parse_type(text: str) -> str:
-    """Normalise a user-written column type to a Spark SQL type name; ValueError if unknown."""
-    t = text.strip().lower()
-    t = _ALIASES.get(t, t)
-    if not _SQL_TYPE.match(t):
-        raise ValueError(
-            f"unknown column type {text!r} (use string, boolean, tinyint, smallint, int, bigint,"
-            " float, double, decimal(p,s), date, timestamp or binary)"
-        )
-    return re.sub(r"\s+", "", t)
+    """Normalise a user-written column type to a Spark SQL type name, or ``<type> from
+    <encoding>`` (``ENCODINGS``); ValueError if unknown."""
+    t, _, encoding = text.strip().lower().partition(" from ")
+    t = _ALIASES.get(t.strip(), t.strip())
+    if not _SQL_TYPE.match(t) and t != "time":
+        raise ValueError(f"unknown column type {text!r} ({_TYPES_HELP})")
+    t = re.sub(r"\s+", "", t)
+    if not encoding:
+        if t == "time":
+            raise ValueError(f"column type {text!r}: say how the time arrives ({_TYPES_HELP})")
+        return t
+    base, encoding = t.split("(")[0], encoding.strip()
+    if encoding not in ENCODINGS.get(base, {}):
+        raise ValueError(f"unknown encoding in column type {text!r} ({_TYPES_HELP})")
+    return f"{t} from {encoding}"
+
+
+def configured_spec(text: str) -> tuple[ColumnSpec, bool]:
+    """A ``parse_type`` result as a spec, and whether it names its encoding."""
+    t, _, encoding = text.partition(" from ")
+    if not encoding:
+        return ColumnSpec(t), False
+    spec = ENCODINGS[t.split("(")[0]][encoding]
+    return ColumnSpec(t if spec.type == "decimal" else spec.type, spec.decoder), True
 
 
 def hbase_spec(sql_type: str | None) -> ColumnSpec:
@@ -185,6 +240,25 @@ def _variable_scale_decimal(wire: Column) -> Column:
     return F.when(exact, _shifted(unscaled, struct.scale, VARIABLE_DECIMAL))
 
 
+_TIME_UNITS = {"time_millis": 1000, "time_micros": 1, "time_nanos": 1}
+
+
+def _time_of_day(micros: Column) -> Column:
+    """Microseconds since midnight -> "HH:MM:SS.ffffff" (MySQL's TIME may pass 24 hours or be
+    negative: "-838:59:59.000000")."""
+    a = F.abs(micros)
+
+    def part(unit: int, modulo: int | None = None) -> Column:
+        whole = F.floor(a / F.lit(unit))
+        return whole if modulo is None else whole % modulo
+
+    sign = F.when(micros < 0, F.lit("-")).otherwise(F.lit(""))
+    return F.when(micros.isNotNull(), F.format_string(
+        "%s%02d:%02d:%02d.%06d", sign, part(3_600_000_000), part(60_000_000, 60),
+        part(1_000_000, 60), a % 1_000_000,
+    ))  # fmt: skip
+
+
 def decode(wire: Column, spec: ColumnSpec, token: Column | None = None) -> Column:
     """Wire text -> typed value (null when it does not decode). ``token``: for
     ``TOKEN_DECODERS``, the value's JSON token as on the wire (null: not read)."""
@@ -220,6 +294,15 @@ def decode(wire: Column, spec: ColumnSpec, token: Column | None = None) -> Colum
         return F.when(number, token.try_cast(spec.type)).otherwise(from_bytes)
     if d == "variable_scale_decimal":
         return _variable_scale_decimal(wire)
+    if d == "base64_url":
+        return F.try_to_binary(F.translate(wire, "-_", "+/"), F.lit("base64"))
+    if d == "hex":
+        return F.try_to_binary(wire, F.lit("hex"))
+    if d in _TIME_UNITS:
+        micros = wire.try_cast("bigint") * _TIME_UNITS[d]
+        if d == "time_nanos":
+            micros = F.floor(wire.try_cast("bigint") / 1000)
+        return _time_of_day(micros)
     raise ValueError(f"unknown decoder {d!r}")
 
 

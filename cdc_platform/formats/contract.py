@@ -38,6 +38,10 @@ class Format(Parser, Protocol):
     # keys): the planner orders a new table's columns as its first message writes them
     # (``json_records.wire_keys``). (): the parsed images keep that order themselves.
     IMAGE_PATHS: tuple[tuple[str | int, ...], ...]
+    # JSON paths (``$.after``) of the row images in a message whose values keep their JSON
+    # token types, newest image first, for ``infer_types`` on messages without a schema.
+    # (): the format writes values as text (Canal) or has no JSON images.
+    TOKEN_PATHS: tuple[str, ...]
 
     def column_specs(self, value_schema: str) -> dict[str, ColumnSpec]:
         """Column types from the format's own schema text (a record's ``value_schema``), read on

@@ -37,6 +37,7 @@ from cdc_platform.formats.dataworks import (
 NAME = "datahub-tuple"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
+TOKEN_PATHS = ()  # typed by the table schema
 
 SEQUENCE_ID = "_sequence_id_"
 OPERATION = "_operation_type_"

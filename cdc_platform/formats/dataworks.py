@@ -46,6 +46,7 @@ from cdc_platform.formats.contract import Options
 NAME = "dataworks"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
+TOKEN_PATHS = ()  # typed by dataColumn
 
 _S = T.StringType()
 _IMAGE = T.StructType([T.StructField("dataColumn", C.IMAGE)])

@@ -26,6 +26,7 @@ OPTIONS: Options = {
 }
 PLACEHOLDER = "__debezium_unavailable_value"
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
+TOKEN_PATHS = ("$.payload.after", "$.after", "$.payload.before", "$.before")
 
 _S = T.StringType()
 _SOURCE = T.StructType(

@@ -58,6 +58,7 @@ from cdc_platform.formats.contract import Options
 NAME = "dts-avro"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
+TOKEN_PATHS = ()  # Avro, typed by its union branches
 
 SCHEMA_RESOURCE = "dts_avro.avsc"
 _NS = "com.alibaba.dts.formats.avro."

@@ -33,6 +33,7 @@ _DDL = r"^(database|table|view)-(create|alter|drop|rename)$"
 _IMAGE = "map<string,string>"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("data",), ("old",))
+TOKEN_PATHS = ("$.data", "$.old")
 # The last row of a transaction has commit=true and no xoffset: it sorts after the others.
 _LAST = "9999999999"
 

@@ -27,6 +27,7 @@ _OPS = {"I": C.INSERT, "U": C.UPDATE, "D": C.DELETE, "T": C.TRUNCATE}
 _IMAGE = "map<string,string>"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("after",), ("before",))
+TOKEN_PATHS = ("$.after", "$.before")
 _OP_TS = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 
 

@@ -34,6 +34,7 @@ from cdc_platform.formats.contract import Options
 NAME = "shareplex"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
+TOKEN_PATHS = ()
 
 _S = T.StringType()
 _META = T.StructType(

@@ -17,8 +17,14 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import confluent_avro
 from cdc_platform.normalize.columns import image_columns
-from cdc_platform.normalize.plan import Known, SchemaGroup, TablePlan, plan_tables
-from cdc_platform.normalize.typed import with_typed_parts
+from cdc_platform.normalize.plan import (
+    Known,
+    SchemaGroup,
+    TablePlan,
+    inferred_types,
+    plan_tables,
+)
+from cdc_platform.normalize.typed import group_column, with_typed_parts
 
 # How many of a batch's first parsed messages ``predict_plans`` reads, and how many tables it
 # plans (the parse computes one typed column per planned table).
@@ -80,12 +86,6 @@ def typed_parts(index: int) -> str:
     return f"__typed_{index}"
 
 
-def group_column(source_format: Column, image_encoding: Column, value_schema: Column) -> Column:
-    """What a plan's types depend on, besides the table: the format, the image encoding and the
-    message schema (hashed)."""
-    return F.concat_ws("|", source_format, image_encoding, F.xxhash64(value_schema).cast("string"))
-
-
 def fits(plan: TablePlan) -> Column:
     """True for a change of ``plan``'s table that its types cover: a format, encoding and message
     schema the plan was made from, and only columns it has seen."""
@@ -100,9 +100,33 @@ def fits(plan: TablePlan) -> Column:
     )
 
 
-def schema_groups(changes: DataFrame) -> list[SchemaGroup]:
+def _token_image() -> Column | None:
+    """A change's newest row image as a variant that keeps its JSON token types, for the formats
+    that have them (``TOKEN_PATHS``); null for the others."""
+    message = F.try_parse_json(F.col("value").cast("string"))
+
+    def image(paths: tuple[str, ...]) -> Column:
+        found = [F.try_variant_get(message, p, "variant") for p in paths]
+        return F.coalesce(*[F.when(~F.is_variant_null(v), v) for v in found])
+
+    cases = [
+        (F.col("source_format") == name, image(module.TOKEN_PATHS))
+        for name in formats.format_names()
+        if formats.FORMATS[name] != formats.AUTO_MODULE
+        and (module := formats.format_for(name)).TOKEN_PATHS
+    ]
+    return reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0]))
+
+
+def schema_groups(changes: DataFrame, infer: bool = False) -> list[SchemaGroup]:
     """The schema groups of parsed changes: one small aggregation, collected (a few rows, one
-    per table and message schema). Each carries its first message, so planning reads no more."""
+    per table and message schema). Each carries its first message, so planning reads no more.
+    ``infer``: also the merged JSON token types of the images of messages without a schema
+    (``SchemaGroup.inferred``, for ``infer_types``), which parses those messages once more."""
+    inferred = F.lit(None).cast("string")
+    if infer:
+        tokens = F.when(F.col("value_schema").isNull(), _token_image())
+        inferred = F.schema_of_variant_agg(tokens)
     rows = (
         changes.groupBy(
             "qualified_table",
@@ -119,6 +143,7 @@ def schema_groups(changes: DataFrame) -> list[SchemaGroup]:
             F.first(
                 group_column(F.col("source_format"), F.col("image_encoding"), F.col("value_schema"))
             ).alias("group"),
+            inferred.alias("inferred"),
         )
         .collect()
     )
@@ -134,6 +159,7 @@ def schema_groups(changes: DataFrame) -> list[SchemaGroup]:
             first_value=r["first_value"],
             keys=tuple(tuple(k) for k in r["keys"] or [] if k is not None),
             columns=tuple(r["columns"] or []),
+            inferred=tuple(inferred_types(r["inferred"]).items()),
         )
         for r in rows
     ]
@@ -145,8 +171,10 @@ def predict_plans(
     """Plans of the tables the first ``SAMPLE_ROWS`` of ``messages`` (``parse_messages``
     without plans) change: at most ``MAX_TYPED_TABLES``, in the order they appear, for
     ``with_plans`` to type the rows that fit them in the parse's own pass. Tables that cannot
-    be applied, or whose schema changes incompatibly, are left to the plan of the whole batch."""
+    be applied, whose schema changes incompatibly, or whose types come from JSON tokens
+    (``infer_types``), are left to the plan of the whole batch."""
     changes = messages.limit(SAMPLE_ROWS).where(F.col("kind") == C.KIND_CHANGE)
-    plans = plan_tables(schema_groups(changes), source, known)
-    usable = [p for p in plans.values() if not p.problem and not p.bad_schemas]
+    plans = plan_tables(schema_groups(changes, source.infers_any), source, known)
+    # Types inferred from the sample's tokens may be narrower than the batch's.
+    usable = [p for p in plans.values() if not (p.problem or p.bad_schemas or p.inferred)]
     return usable[:MAX_TYPED_TABLES]

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from cdc_platform import formats
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import json_records
-from cdc_platform.formats.column_specs import STRING, ColumnSpec, common_type, hbase_spec
+from cdc_platform.formats.column_specs import (
+    STRING,
+    ColumnSpec,
+    common_type,
+    configured_spec,
+    hbase_spec,
+)
 from cdc_platform.lake.tables import ChangelogFacts
 
 # What the change log holds already, by qualified table name.
@@ -31,11 +37,13 @@ class SchemaGroup:
     image_encoding: str | None
     schema_hash: int  # xxhash64 of the message schema, as the parse computes it
     value_schema: str | None
-    group: str  # ``parse.group_column``'s value: what a plan made from this group covers
+    group: str  # ``typed.group_column``'s value: what a plan made from this group covers
     first_seen: str  # the smallest sequence
     first_value: bytes | str | None  # that change's raw message
     keys: tuple[tuple[str, ...], ...] = ()  # key columns the messages state
     columns: tuple[str, ...] = ()  # every column an image names
+    # (column, type) its JSON tokens say, merged over the group's messages (``infer_types``).
+    inferred: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -60,6 +68,11 @@ class TablePlan:
     # every image column, also those ``column_list`` leaves out.
     groups: set[str] = field(default_factory=set)
     seen: set[str] = field(default_factory=set)
+    # Per schema group (its ``group``), the columns its rows decode with the spec their own
+    # schema states, then cast to the plan's type: one batch may hold a decimal at two scales,
+    # or a timestamp in ms and in µs (a connector reconfigured), each decoded as written.
+    group_specs: dict[str, dict[str, ColumnSpec]] = field(default_factory=dict)
+    inferred: bool = False  # some types come from JSON tokens (``infer_types``)
 
 
 def table_name(qualified: str) -> str:
@@ -97,8 +110,9 @@ def evolve(plan: TablePlan, col: str, spec: ColumnSpec, prior_type: str | None) 
             f"incompatible schema change: column {col!r} of {plan.qualified} changes from "
             f"{prior_type} to {spec.type}; set column_types or rebuild the table"
         )
-    # A wire decoder (base64 decimals, epoch days) is tied to its own type: keep it.
-    plan.specs[col] = spec if spec.decoder != "cast" else ColumnSpec(common)
+    # The wire decoder stays (base64 decimals, epoch days); each schema group's rows decode
+    # with their own spec (``group_specs``) and are cast to the common type.
+    plan.specs[col] = ColumnSpec(common, spec.decoder)
     return None
 
 
@@ -136,15 +150,25 @@ def plan_tables(
         if plan is None:
             name = routed_name(g.qualified_table, source)
             plan = plans[g.qualified_table] = TablePlan(name, g.qualified_table, [], {})
-        _add_group(plan, g, known.get(g.qualified_table))
+        cfg = match_table(g.qualified_table, source.tables)
+        configured = {*source.column_types, *(cfg.column_types if cfg else {})}
+        _add_group(plan, g, known.get(g.qualified_table), configured, source.infers(cfg))
     for qualified, plan in plans.items():
         _finish(plan, source, match_table(qualified, source.tables), known.get(qualified))
     return plans
 
 
-def _add_group(plan: TablePlan, g: SchemaGroup, facts: ChangelogFacts | None) -> None:
+def _add_group(
+    plan: TablePlan,
+    g: SchemaGroup,
+    facts: ChangelogFacts | None,
+    configured: set[str],
+    infer: bool,
+) -> None:
     """One schema version, checked against the types so far (the table's, then earlier
-    versions'); column order follows first appearance."""
+    versions'); column order follows first appearance. A ``configured`` column's type is the
+    configuration's, whatever the version states: it is not checked. ``infer``: a version
+    without a schema types its columns by their JSON tokens."""
     if g.image_encoding == "hbase":
         plan.hbase = True
     plan.groups.add(g.group)
@@ -152,16 +176,82 @@ def _add_group(plan: TablePlan, g: SchemaGroup, facts: ChangelogFacts | None) ->
     if facts is None and not plan.wire_order:
         plan.wire_order = _wire_order(g)
     known_types = (facts or _NOTHING).types
-    for col, spec in stated_specs(g.source_format, g.value_schema).items():
+    stated = stated_specs(g.source_format, g.value_schema)
+    plan.group_specs[g.group] = dict(stated)
+    for col, spec in stated.items():
+        if col in configured:
+            continue
         prior = plan.specs[col].type if col in plan.typed_columns else known_types.get(col)
         if why := evolve(plan, col, spec, prior):
             plan.bad_schemas[g.schema_hash] = why
         plan.typed_columns.add(col)
+    if infer and not stated:
+        _infer(plan, g, known_types, configured)
     for col in g.columns:
         plan.specs.setdefault(col, STRING)
     for k in g.keys:
         if k and not plan.observed_key:
             plan.observed_key = list(k)
+
+
+def _infer(plan: TablePlan, g: SchemaGroup, known: dict[str, str], configured: set[str]) -> None:
+    """Types from a schemaless group's JSON tokens, widened with the types so far. A type the
+    table cannot widen to keeps the table's: each value that does not fit it is then a type
+    mismatch, row by row, rather than the whole version rejected."""
+    for col, sql_type in g.inferred:
+        if col in configured:
+            continue
+        prior = plan.specs[col].type if col in plan.typed_columns else known.get(col)
+        if prior is not None and common_type(prior, sql_type) is None:
+            sql_type = prior
+        evolve(plan, col, ColumnSpec(sql_type), prior)
+        plan.typed_columns.add(col)
+        plan.inferred = True
+
+
+# A variant type (``schema_of_variant``) -> the column type ``infer_types`` gives it.
+_INTEGRAL_DIGITS = 18  # a DECIMAL(p,0) token of at most this many digits fits a bigint
+_VARIANT_FIELD = re.compile(r"\s*(`(?:[^`]|``)*`|[^:]+):\s*")
+
+
+def _variant_sql_type(variant: str) -> str | None:
+    t = variant.strip().upper()
+    if t == "BOOLEAN":
+        return "boolean"
+    if t in ("TINYINT", "SMALLINT", "INT", "BIGINT"):
+        return "bigint"
+    if m := re.fullmatch(r"DECIMAL\((\d+),\s*(\d+)\)", t):
+        return "bigint" if m[2] == "0" and int(m[1]) <= _INTEGRAL_DIGITS else "double"
+    if t in ("FLOAT", "DOUBLE"):
+        return "double"
+    if t == "VOID":  # only nulls seen: nothing to say
+        return None
+    return "string"  # strings, objects, arrays, and a mix of token types
+
+
+def inferred_types(schema: str | None) -> dict[str, str]:
+    """``schema_of_variant``'s ``OBJECT<a: BIGINT, `b c`: STRING>`` -> {column: SQL type}."""
+    if not schema or not schema.startswith("OBJECT<"):
+        return {}
+    body, fields, depth, start, quoted = schema[len("OBJECT<") : -1], [], 0, 0, False
+    for i, ch in enumerate(body):  # split on the top level's commas, outside `names`
+        quoted ^= ch == "`"
+        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(ch, 0) if not quoted else 0
+        if ch == "," and depth == 0 and not quoted:
+            fields.append(body[start:i])
+            start = i + 1
+    fields.append(body[start:])
+    out = {}
+    for f in fields:
+        m = _VARIANT_FIELD.match(f)
+        if not m:
+            continue
+        name = m[1].strip()
+        if name.startswith("`"):
+            name = name[1:-1].replace("``", "`")
+        if (sql_type := _variant_sql_type(f[m.end() :])) is not None:
+            out[name] = sql_type
+    return out
 
 
 def _finish(
@@ -171,12 +261,14 @@ def _finish(
     applied, if it cannot."""
     known_key, known_types = facts or _NOTHING
     configured = {**source.column_types, **(cfg.column_types if cfg else {})}
-    for col, sql_type in configured.items():
-        if plan.hbase:
-            plan.specs[col] = hbase_spec(sql_type)
-        elif col not in plan.specs or plan.specs[col].type != sql_type:
-            # Same type as the format says: keep the format's decoder (base64 bytes, ...).
-            plan.specs[col] = ColumnSpec(sql_type)
+    for col, text in configured.items():
+        spec, encoded = configured_spec(text)
+        plan.specs[col] = hbase_spec(spec.type) if plan.hbase else spec
+        for stated in plan.group_specs.values():
+            # A schema that states the configured type itself keeps its decoder (base64 bytes,
+            # epoch days); every other row decodes as the configuration says.
+            if encoded or (col in stated and stated[col].type != spec.type):
+                stated.pop(col, None)
         if not plan.hbase and (why := evolve(plan, col, plan.specs[col], known_types.get(col))):
             plan.problem = why
         plan.typed_columns.add(col)
@@ -198,6 +290,7 @@ def _finish(
     if plan.wire_order:  # columns the first message lacks keep their place after it
         rank = {c: i for i, c in enumerate(plan.wire_order)}
         plan.specs = dict(sorted(plan.specs.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+    plan.group_specs = _own_decoding(plan)
     missing = [k for k in plan.key if k not in plan.specs]
     if plan.problem:
         return
@@ -210,6 +303,31 @@ def _finish(
         plan.problem = f"primary key column {missing[0]!r} is not a column of {plan.qualified}"
 
 
+def _own_decoding(plan: TablePlan) -> dict[str, dict[str, ColumnSpec]]:
+    """The group specs that decode differently from the plan's own (a text cast to the plan's
+    type needs none). A spec every group states, in the plan's type, becomes the plan's own, so
+    a table with one schema decodes without asking for the group."""
+    if plan.hbase:
+        return {}
+    for c, spec in plan.specs.items():
+        stated = [specs.get(c) for specs in plan.group_specs.values()]
+        if stated and stated[0] is not None and stated[0].type == spec.type:
+            if all(other == stated[0] for other in stated):
+                plan.specs[c] = stated[0]
+    own = {}
+    for group, stated in plan.group_specs.items():
+        differ = {
+            c: spec
+            for c, spec in stated.items()
+            if c in plan.specs
+            and spec != plan.specs[c]
+            and not (spec.decoder == plan.specs[c].decoder == "cast")
+        }
+        if differ:
+            own[group] = differ
+    return own
+
+
 def joined_plan(typed: TablePlan, rest: TablePlan | None) -> TablePlan:
     """The plan of a table whose rows were typed in the parse by ``typed`` and afterwards by
     ``rest`` (planned with ``typed``'s types as the table's): ``typed``'s columns, then the new
@@ -218,4 +336,5 @@ def joined_plan(typed: TablePlan, rest: TablePlan | None) -> TablePlan:
         return typed
     joined = TablePlan(**{**vars(rest), "key": typed.key, "specs": {**typed.specs, **rest.specs}})
     joined.typed_columns = typed.typed_columns | rest.typed_columns
+    joined.group_specs = {**typed.group_specs, **rest.group_specs}
     return joined

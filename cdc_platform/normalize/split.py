@@ -47,7 +47,7 @@ def split_parsed(
             known[p.qualified] = ChangelogFacts(
                 p.key, {**types, **{c: s.type for c, s in p.specs.items()}}
             )
-    plans = plan_tables(schema_groups(changes), source, known) if rest else {}
+    plans = plan_tables(schema_groups(changes, source.infers_any), source, known) if rest else {}
     quarantine = [to_quarantine(parsed.where(F.col("kind") == C.KIND_ERROR))]
     tables: list[tuple[TablePlan, DataFrame]] = []
 

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats.column_specs import (
     TOKEN_DECODERS,
+    ColumnSpec,
     connect_tokens,
     decode,
     might_be_number,
@@ -19,8 +20,15 @@ from cdc_platform.normalize.plan import TablePlan
 IMAGES = {"before": "before_image", "after": "after_image"}
 
 
+def group_column(source_format: Column, image_encoding: Column, value_schema: Column) -> Column:
+    """What a plan's types depend on, besides the table: the format, the image encoding and the
+    message schema (hashed)."""
+    return F.concat_ws("|", source_format, image_encoding, F.xxhash64(value_schema).cast("string"))
+
+
 def _token_columns(plan: TablePlan) -> list[str]:
-    return [c for c, spec in plan.specs.items() if spec.decoder in TOKEN_DECODERS]
+    specs = [plan.specs, *plan.group_specs.values()]
+    return sorted({c for s in specs for c, spec in s.items() if spec.decoder in TOKEN_DECODERS})
 
 
 def _tokens(plan: TablePlan, where: Column) -> Column:
@@ -34,15 +42,26 @@ def _tokens(plan: TablePlan, where: Column) -> Column:
     return F.when(where & F.coalesce(maybe, F.lit(False)), connect_tokens(F.col("value"), columns))
 
 
-def _typed_image(image: str, plan: TablePlan, tokens: Column | None) -> Column:
+def _typed_image(
+    image: str, plan: TablePlan, tokens: Column | None, group: Column | None
+) -> Column:
     img = F.col(IMAGES[image])
 
-    def typed(c: str) -> Column:
-        spec = plan.specs[c]
+    def decoded(c: str, spec: ColumnSpec) -> Column:
         token = None
         if tokens is not None and spec.decoder in TOKEN_DECODERS:
             token = F.to_json(tokens[image][c])
-        return decode(img[c], spec, token).alias(c)
+        return decode(img[c], spec, token)
+
+    def typed(c: str) -> Column:
+        value = decoded(c, plan.specs[c])
+        own = [(g, specs[c]) for g, specs in sorted(plan.group_specs.items()) if c in specs]
+        if not own or group is None:
+            return value.alias(c)
+        # Rows of a schema group that wrote the column otherwise: its own decoding.
+        cases = [(group == g, decoded(c, spec).try_cast(plan.specs[c].type)) for g, spec in own]
+        first = F.when(*cases[0])
+        return reduce(lambda acc, case: acc.when(*case), cases[1:], first).otherwise(value).alias(c)
 
     return F.when(img.isNotNull(), F.struct(*[typed(c) for c in plan.specs]))
 
@@ -84,14 +103,18 @@ def with_typed_parts(frame: DataFrame, plan: TablePlan, name: str, where: Column
     """``frame`` plus column ``name``, null where ``where`` is not true: a change's typed parts
     under ``plan`` (``key``, ``before``, ``after``, ``after_columns``: which columns a partial
     after image carries, null for a full one; ``reason``: why it cannot be applied)."""
-    b, a, t = f"{name}_before", f"{name}_after", f"{name}_tokens"
-    tokens = None
+    b, a, t, g = f"{name}_before", f"{name}_after", f"{name}_tokens", f"{name}_group"
+    tokens = group = None
+    # Their own columns, so that Spark computes them once per message, not at every use.
     if _token_columns(plan):
-        # Its own column, so that Spark reads a message's tokens once, not at every use.
         frame, tokens = frame.withColumn(t, _tokens(plan, where)), F.col(t)
+    if plan.group_specs:
+        schema_group = group_column(F.col("source_format"), F.col("image_encoding"),
+                                    F.col("value_schema"))  # fmt: skip
+        frame, group = frame.withColumn(g, F.when(where, schema_group)), F.col(g)
     frame = frame.withColumns(
-        {b: F.when(where, _typed_image("before", plan, tokens)),
-         a: F.when(where, _typed_image("after", plan, tokens))}
+        {b: F.when(where, _typed_image("before", plan, tokens, group)),
+         a: F.when(where, _typed_image("after", plan, tokens, group))}
     )  # fmt: skip
     key_image = F.when(F.col("op") == C.DELETE, F.col(b)).otherwise(F.col(a))
     parts = F.struct(
@@ -101,7 +124,7 @@ def with_typed_parts(frame: DataFrame, plan: TablePlan, name: str, where: Column
         F.when(F.col("after_partial"), F.map_keys("after_image")).alias("after_columns"),
         _first_problem(plan, F.col(b), F.col(a)).alias("reason"),
     )
-    return frame.withColumn(name, F.when(where, parts)).drop(b, a, t)
+    return frame.withColumn(name, F.when(where, parts)).drop(b, a, t, g)
 
 
 def typed_records(frame: DataFrame, name: str, plan: TablePlan, final: TablePlan) -> DataFrame:

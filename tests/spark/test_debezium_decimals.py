@@ -129,3 +129,39 @@ def test_base64_and_numeric_decimals_give_the_same_exact_table(spark, tmp_path):
         assert big.endswith(" is not decimal(38,9)"), (encoding, reasons)
         assert fine.startswith("type mismatch: after.v = "), (encoding, reasons)
         assert fine.endswith(" is not decimal(38,18)"), (encoding, reasons)
+
+
+def _scaled_message(pos: int, id_: int, value: str, precision: int, scale: int) -> str:
+    """A message whose schema gives ``amount`` this precision and scale."""
+    parameters = {"scale": str(scale), "connect.decimal.precision": str(precision)}
+    amount = {"field": "amount", "type": "bytes", "optional": True, "version": 1,
+              "name": "org.apache.kafka.connect.data.Decimal",
+              "parameters": parameters}  # fmt: skip
+    image = {"type": "struct", "optional": True, "name": "inv.t.Value",
+             "fields": [{"field": "id", "type": "int32", "optional": False}, amount]}  # fmt: skip
+    schema = {"type": "struct", "name": "inv.t.Envelope", "fields": [
+        {**image, "field": "before"}, {**image, "field": "after"},
+        {"type": "string", "field": "op"}]}  # fmt: skip
+    source = {"connector": "mysql", "db": "inv", "table": "t", "ts_ms": 1000 + pos,
+              "file": "mysql-bin.000001", "pos": pos, "row": 0}  # fmt: skip
+    after = {"id": id_, "amount": _base64(value, scale)}
+    payload = {"before": None, "after": after, "op": "c", "source": source}
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def test_a_scale_change_within_a_batch_decodes_each_message_at_its_own_scale(spark, tmp_path):
+    """ALTER TABLE ... MODIFY amount DECIMAL(12,3) between two messages of one batch: the bytes
+    of the first are read at scale 2, of the second at 3 (one decoder for the table read the
+    first as 1.234, ten times too small), and the table takes the wider type."""
+    landing = tmp_path / "landing" / "events.jsonl"
+    landing.parent.mkdir()
+    lines = [_scaled_message(10, 1, "12.34", 10, 2), _scaled_message(20, 2, "12.345", 12, 3)]
+    landing.write_text("\n".join(lines) + "\n")
+    warehouse = tmp_path / "warehouse"
+    table = TableConfig(name="t", source_table="inv.t", primary_key=["id"])
+    replay(spark, warehouse, [landing], SourceConfig(name="s", format="debezium", tables=[table]),
+           DATE)  # fmt: skip
+    rows = lake.read(spark, lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse))
+    assert dict(rows.dtypes)["amount"] == "decimal(12,3)"
+    got = {r["id"]: r["amount"] for r in rows.select("id", "amount").toArrow().to_pylist()}
+    assert got == {1: Decimal("12.340"), 2: Decimal("12.345")}

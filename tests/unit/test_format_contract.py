@@ -58,6 +58,7 @@ def test_every_wire_format_keeps_the_whole_contract(name):
         isinstance(path, tuple) and all(isinstance(step, str | int) for step in path)
         for path in module.IMAGE_PATHS
     )
+    assert all(isinstance(p, str) and p.startswith("$.") for p in module.TOKEN_PATHS)
     assert _signature_mismatches(module, contract.Format) == []
 
 
@@ -73,7 +74,7 @@ def test_auto_is_only_a_parser_and_asks_every_wire_format():
 def test_a_module_with_a_missing_function_or_a_wrong_signature_is_caught():
     good = formats.format_for("ogg")
     fake = types.ModuleType("fake")
-    for name in ("NAME", "OPTIONS", "IMAGE_PATHS", "parse", "column_specs"):
+    for name in ("NAME", "OPTIONS", "IMAGE_PATHS", "TOKEN_PATHS", "parse", "column_specs"):
         setattr(fake, name, getattr(good, name))
     assert not isinstance(fake, contract.Format)  # no claims
 
