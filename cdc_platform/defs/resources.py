@@ -33,6 +33,21 @@ class SparkResource(LazyPySparkResource):
         if session is not None:
             session.release_session_on_close = False  # a Connect session; local ones ignore it
             session.stop()
+        _forget_connect_sessions()
+
+
+def _forget_connect_sessions() -> None:
+    """Clear Spark Connect's default and active sessions. A session whose build failed half way
+    (the server restarting under ``getOrCreate``) stays registered there, stopped, and was never
+    ours to stop: the next ``getOrCreate`` returns it, a new session is not made active while
+    it is registered, and PySpark's lookups of the active session then fail
+    (NO_ACTIVE_OR_DEFAULT_SESSION, met under the stack test's kill). PySpark has no public call
+    for this (``stop`` clears only the session it is called on)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with ConnectSession._lock:  # noqa: SLF001
+        ConnectSession._default_session = None  # noqa: SLF001
+        ConnectSession._active_session.session = None  # noqa: SLF001
 
     @property
     def spark_context(self) -> object | None:

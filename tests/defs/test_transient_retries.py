@@ -79,8 +79,28 @@ def test_a_spark_connect_server_that_is_gone_is_transient(monkeypatch):
             errorClass="RESPONSE_ALREADY_RECEIVED", messageParameters={"error_type": lost}
         )
         assert transient.transient_reason(error).startswith("the Spark Connect server")
+    # A session registered by a build the restarting server broke off: after the resource's
+    # reset (which forgets it) a retry builds a new one.
+    orphan = PySparkRuntimeError(errorClass="NO_ACTIVE_OR_DEFAULT_SESSION", messageParameters={})
+    assert transient.transient_reason(orphan).startswith("the Spark Connect server")
     other = PySparkRuntimeError(errorClass="SESSION_NOT_SAME", messageParameters={})
     assert transient.transient_reason(other) is None
+
+
+def test_a_reset_forgets_a_half_built_connect_session():
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from cdc_platform.defs.resources import SparkResource
+
+    orphan = ConnectSession.builder.remote(f"sc://127.0.0.1:{_closed_port()}").create()
+    try:
+        assert ConnectSession.getActiveSession() is orphan
+        SparkResource(spark_config={}).reset()
+        assert ConnectSession.getActiveSession() is None
+        assert ConnectSession._get_default_session() is None  # noqa: SLF001
+    finally:
+        orphan.release_session_on_close = False
+        orphan.stop()
 
 
 def test_dagster_retries_a_transient_failure_and_not_a_deterministic_one(tmp_path, monkeypatch):
