@@ -209,6 +209,23 @@ class Stack:
             time.sleep(0.2)
         for proc in self.procs.values():
             proc.wait()
+        self._end_runs_left_in_flight()
+
+    def _end_runs_left_in_flight(self) -> None:
+        """Mark canceled the runs its stop left unfinished: a run the daemon launched on its way
+        out, killed before its process could say so, would show as starting for good."""
+        if not (self.settings.home / "dagster.yaml").exists():
+            return
+        import dagster as dg  # here, not at the top: `up` starts without it
+
+        unfinished = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+                      dg.DagsterRunStatus.CANCELING]  # fmt: skip
+        with dg.DagsterInstance.from_config(str(self.settings.home)) as instance:
+            for run in instance.get_runs(filters=dg.RunsFilter(statuses=unfinished)):
+                instance.report_run_canceled(
+                    run, message="cdc-platform up stopped before the run could finish"
+                )
+                print(f"run {run.run_id} ({run.job_name}) was in flight: canceled", flush=True)
 
 
 def _listening(port: int) -> bool:
