@@ -46,7 +46,11 @@ def _envelope_schema(table: str, fields: list[dict]) -> dict:
 
 
 def _decimal(cents: int) -> str:
-    return base64.b64encode(cents.to_bytes(8, "big", signed=True).lstrip(b"\0") or b"\0").decode()
+    """A Connect Decimal as the JsonConverter writes it: base64 of the unscaled value's two's
+    complement, in as few bytes as keep its sign bit."""
+    return base64.b64encode(
+        cents.to_bytes(cents.bit_length() // 8 + 1, "big", signed=True)
+    ).decode()
 
 
 class _Binlog:
