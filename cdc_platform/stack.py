@@ -149,6 +149,8 @@ class Stack:
         if s.spark_port is not None:
             env["CDC_SPARK_REMOTE"] = f"sc://127.0.0.1:{s.spark_port}"
             env["CDC_SPARK_SERVER_LOG"] = str(self.log("spark-server"))  # named when it fails
+        with self._instance():  # its storage created by one process, before dagster dev's three
+            pass  # race to create it (two of them once stamped runs.db twice: it never opened)
         self._spawn("dagster", [self._bin("dagster"), "dev", "-w", "workspace.yaml", "-h", s.host,
                                 "-p", str(s.port)], env, console=True)  # fmt: skip
         traffic = f"new demo traffic every {s.every:g} s" if s.every > 0 else "no more demo traffic"
@@ -211,16 +213,21 @@ class Stack:
             proc.wait()
         self._end_runs_left_in_flight()
 
+    def _instance(self):  # -> dagster.DagsterInstance
+        import dagster as dg  # here, not at the top: the stack's parts start without it
+
+        return dg.DagsterInstance.from_config(str(self.settings.home))
+
     def _end_runs_left_in_flight(self) -> None:
         """Mark canceled the runs its stop left unfinished: a run the daemon launched on its way
         out, killed before its process could say so, would show as starting for good."""
         if not (self.settings.home / "dagster.yaml").exists():
             return
-        import dagster as dg  # here, not at the top: `up` starts without it
+        import dagster as dg
 
         unfinished = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
                       dg.DagsterRunStatus.CANCELING]  # fmt: skip
-        with dg.DagsterInstance.from_config(str(self.settings.home)) as instance:
+        with self._instance() as instance:
             for run in instance.get_runs(filters=dg.RunsFilter(statuses=unfinished)):
                 instance.report_run_canceled(
                     run, message="cdc-platform up stopped before the run could finish"
