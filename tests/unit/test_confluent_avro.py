@@ -32,6 +32,9 @@ ROW = {"type": "record", "name": "Row", "namespace": "db.t", "fields": [
     {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "BLUE"]}},
     {"name": "tags", "type": {"type": "array", "items": "string"}},
     {"name": "again", "type": ["null", "Color"], "default": None},
+    {"name": "tm", "type": {"type": "int", "logicalType": "time-millis"}},
+    {"name": "tu", "type": {"type": "long", "logicalType": "time-micros"}},
+    {"name": "tsm", "type": {"type": "long", "logicalType": "timestamp-millis"}},
 ]}  # fmt: skip
 
 
@@ -50,6 +53,9 @@ def test_avro_types_map_to_the_connect_types_the_json_path_reads():
     assert specs["uid"] == ("string", "io.debezium.data.Uuid")
     assert specs["either"][0] == "string"  # a union of several types stays JSON text
     assert specs["color"][0] == specs["again"][0] == "string"  # a named type used twice
+    assert specs["tm"] == ("string", "org.apache.kafka.connect.data.Time")  # HH:MM:SS.ffffff
+    assert specs["tu"] == ("string", "io.debezium.time.MicroTime")
+    assert specs["tsm"] == ("timestamp", "org.apache.kafka.connect.data.Timestamp")
     assert A.connect_schema(ROW)["name"] == "db.t.Row"
 
 
@@ -63,7 +69,8 @@ def _value(serializer: AvroSerializer, record: dict, topic: str = "t") -> bytes:
 
 ROW_VALUE = {"id": 7, "small": -3, "price": Decimal("-1.250"), "day": 3, "at": None,
              "uid": "6f1c0e8a-0000-4000-8000-000000000001", "either": "x", "color": "BLUE",
-             "tags": ["a"], "again": "RED"}  # fmt: skip
+             "tags": ["a"], "again": "RED", "tm": 45_000_123, "tu": 45_000_123_456,
+             "tsm": 1_772_366_400_000}  # fmt: skip
 
 
 def test_a_framed_message_reads_as_the_json_converter_writes_it():
