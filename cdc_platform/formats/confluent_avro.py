@@ -10,10 +10,10 @@ the values are written as the JsonConverter writes them (bytes and decimals as b
 bytes, dates and times as their numbers). Unframed messages pass through untouched, so a topic
 may mix Avro keys with JSON values.
 
-Avro binary cannot be read by Spark functions: ``DataFrame.mapInArrow`` hands whole Arrow batches
-to ``fastavro.schemaless_reader`` (Python per record, as the guide allows only here). Each Python
-worker keeps one ``SchemaRegistryClient`` per registry and its schemas by id, so a schema is
-fetched once per worker, not per message.
+No Spark function reads Avro binary: ``DataFrame.mapInArrow`` hands whole Arrow batches to
+``fastavro.schemaless_reader`` (Python per record, as for DTS Avro). Each Python worker keeps one
+``SchemaRegistryClient`` per registry and its schemas by id, so a schema is fetched once per
+worker, not per message.
 
 Outcomes: a message whose schema id the registry does not know, or whose bytes do not decode, is
 an error record with the reason (``with_outcome``), and its raw bytes stay in the quarantine. A
