@@ -151,11 +151,16 @@ def plan_tables(
             name = routed_name(g.qualified_table, source)
             plan = plans[g.qualified_table] = TablePlan(name, g.qualified_table, [], {})
         cfg = match_table(g.qualified_table, source.tables)
-        configured = {*source.column_types, *(cfg.column_types if cfg else {})}
+        configured = set(_configured_types(source, cfg))
         _add_group(plan, g, known.get(g.qualified_table), configured, source.infers(cfg))
     for qualified, plan in plans.items():
         _finish(plan, source, match_table(qualified, source.tables), known.get(qualified))
     return plans
+
+
+def _configured_types(source: SourceConfig, cfg: TableConfig | None) -> dict[str, str]:
+    """The configured column types of a table: the source's, then the table's own."""
+    return {**source.column_types, **(cfg.column_types if cfg else {})}
 
 
 def _add_group(
@@ -260,7 +265,7 @@ def _finish(
     """Configured types and key, the kept columns and their order, and why the table cannot be
     applied, if it cannot."""
     known_key, known_types = facts or _NOTHING
-    configured = {**source.column_types, **(cfg.column_types if cfg else {})}
+    configured = _configured_types(source, cfg)
     for col, text in configured.items():
         spec, encoded = configured_spec(text)
         plan.specs[col] = hbase_spec(spec.type) if plan.hbase else spec
