@@ -376,6 +376,22 @@ class SchemaRegistryConfig(_Strict):
         }
 
 
+class ContinuousConfig(_Strict):
+    """A source run continuously: one long Dagster run that ingests, normalizes and merges
+    micro-batch after micro-batch, instead of a run launched per batch."""
+
+    run_minutes: float = Field(
+        30,
+        gt=0,
+        description="a continuous run ends after this long, or as soon as another run of the "
+        "source is queued (a backfill, a manual run); the sensor then starts the next one, with "
+        "the code and configuration as they are then",
+    )
+    poll_seconds: float = Field(
+        1, gt=0, description="wait between two looks for new data when the last found none"
+    )
+
+
 class SourceConfig(_KeyAndTypes):
     """One topic (or landing folder) and the tables it carries."""
 
@@ -418,6 +434,11 @@ class SourceConfig(_KeyAndTypes):
         description="least time between two evaluations of the source's sensor (a tick reads "
         "the Delta log and the broker's offsets, no Spark)",
     )
+    continuous: ContinuousConfig | None = Field(
+        None,
+        description="run the source continuously (true, or the block): one long run takes "
+        "micro-batch after micro-batch with no launch, sensor tick or Spark session per batch",
+    )
     max_lag_minutes: float = Field(
         60, gt=0, description="a table further behind its source fails its freshness check"
     )
@@ -452,6 +473,13 @@ class SourceConfig(_KeyAndTypes):
         if v is not None and v > today:
             raise ValueError(f"{v} is after today ({today})")
         return v
+
+    @field_validator("continuous", mode="before")
+    @classmethod
+    def _continuous_flag(cls, v: object) -> object:
+        if v is True:
+            return {}
+        return None if v is False else v
 
     @field_validator("format_options", mode="before")
     @classmethod

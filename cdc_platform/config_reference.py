@@ -13,6 +13,7 @@ from pydantic_core import PydanticUndefined
 
 from cdc_platform.catalog import (
     Catalog,
+    ContinuousConfig,
     KafkaConfig,
     QualityConfig,
     SchemaRegistryConfig,
@@ -28,6 +29,7 @@ BLOCKS: list[tuple[type[BaseModel], str]] = [
     (SourceConfig, "`sources[]`"),
     (KafkaConfig, "`sources[].kafka`"),
     (SchemaRegistryConfig, "`sources[].schema_registry`"),
+    (ContinuousConfig, "`sources[].continuous`"),
     (TableConfig, "`sources[].tables[]`"),
     (QualityConfig, "`sources[].quality`, `sources[].tables[].quality`"),
 ]

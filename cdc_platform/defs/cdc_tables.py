@@ -1,25 +1,19 @@
 """Assets of one source: raw -> change log per table (+ DDL and control logs, quarantine) ->
 current and history per table; its ingest job and sensor."""
 
-from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from cdc_platform import freshness
 from cdc_platform.catalog import Catalog, SourceConfig, TableConfig
-from cdc_platform.defs import quality
+from cdc_platform.defs import outputs, quality
 from cdc_platform.defs.automation import MERGE_WHEN_CHANGELOG_UPDATES, automation_sensor
+from cdc_platform.defs.continuous import build_continuous_job, build_continuous_sensor
 from cdc_platform.defs.freshness import build_freshness_check
 from cdc_platform.defs.kafka import build_kafka_raw_asset, build_kafka_sensor
 from cdc_platform.defs.keys import asset_key
 from cdc_platform.defs.metadata import (
-    add_partition_row_counts,
-    arrow_preview,
-    delta_metadata,
-    freshness_metadata,
-    preview,
     profiled,
 )
 from cdc_platform.defs.partitions import daily_partitions, with_start_date
@@ -35,12 +29,10 @@ from cdc_platform.lake import (
     HISTORY,
     QUARANTINE,
     RAW,
-    TableRef,
     changelog_tables,
-    state,
 )
 from cdc_platform.steps.changelog import normalize_new, normalize_source
-from cdc_platform.steps.current import current_rows, merge_current
+from cdc_platform.steps.current import merge_current
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.raw import ingest_landing
 from cdc_platform.timings import phase
@@ -76,22 +68,7 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
                 context.partition_keys,
                 whole_date=not incremental,
             )
-            uri = TableRef(RAW, source.name).uri(lake.warehouse_path)
-            add_partition_row_counts(context, uri)
-            return dg.MaterializeResult(
-                metadata={
-                    "messages_by_date": result.messages,
-                    "files_ingested": len(result.files),
-                    "files": dg.MetadataValue.json(
-                        [
-                            {"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns}
-                            for f in result.files
-                        ]
-                    ),
-                    "dates_replaced": dg.MetadataValue.json(result.replaced_dates),
-                    **delta_metadata(uri),
-                }
-            )
+            return outputs.landing_raw(lake.warehouse_path, source, result).result(context)
 
     return raw
 
@@ -168,72 +145,11 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 result = normalize_source(
                     spark.spark_session, lake.warehouse_path, source, context.partition_keys
                 )
-            known = {t.name for t in tables}
-            new_tables = sorted(t.qualified for t in result.tables.values() if t.name not in known)
+            new_tables = outputs.routed_without_assets(tables, result)
             if new_tables:
-                context.log.warning(
-                    f"routed tables without assets yet: {', '.join(new_tables)}; reload the code "
-                    "location (Reload definitions) to see their assets"
-                )
-
-            def counted(layer: str, table: str | None = None) -> tuple[dg.AssetKey, str]:
-                """An output's key and Delta table, whose partitions of the run get their row
-                counts (rows_by_op and the other counts below are the run's)."""
-                key = asset_key(layer, source.name, table)
-                uri = TableRef(layer, source.name, table).uri(lake.warehouse_path)
-                with phase("metadata.delta"):
-                    add_partition_row_counts(context, uri, key)
-                return key, uri
-
-            for table in tables:
-                written = result.tables.get(table.name)
-                ops = written.ops if written else {}
-                key, uri = counted(CHANGELOG, table.name)
-                yield dg.MaterializeResult(
-                    asset_key=key,
-                    metadata={
-                        "rows_by_op": dg.MetadataValue.json(ops),
-                        # The run's messages of the whole source that went to quarantine instead.
-                        "quarantined": result.quarantined,
-                        **_event_time(written.max_event_time if written else None),
-                        **freshness_metadata(
-                            freshness.changelog(lake.warehouse_path, source.name, table.name)
-                        ),
-                        **delta_metadata(uri),
-                        **({"preview": arrow_preview(written.sample)} if written else {}),
-                    },
-                )
-            for table in tables:
-                key, uri = counted(DDL, table.name)
-                yield dg.MaterializeResult(
-                    asset_key=key,
-                    metadata={
-                        "ddl_statements": result.ddl_by_table.get(table.name, 0),
-                        **delta_metadata(uri),
-                    },
-                )
-            key, uri = counted(CONTROL)
-            yield dg.MaterializeResult(
-                asset_key=key,
-                metadata={
-                    "control_messages": result.control,
-                    **_event_time(result.max_control_time),
-                    **delta_metadata(uri),
-                },
-            )
-            key, uri = counted(QUARANTINE)
-            yield dg.MaterializeResult(
-                asset_key=key,
-                metadata={
-                    "quarantined": result.quarantined,
-                    "quarantined_by_reason": dg.MetadataValue.json(result.quarantine_reasons),
-                    "messages": result.messages,
-                    "control_messages": result.control,
-                    "ddl_messages": result.ddl,
-                    "new_routed_tables": dg.MetadataValue.json(new_tables),
-                    **delta_metadata(uri),
-                },
-            )
+                context.log.warning(outputs.routed_without_assets_warning(new_tables))
+            written = outputs.changelog(lake.warehouse_path, source, tables, result, new_tables)
+            yield from (output.result(context) for output in written)
             session, dates = spark.spark_session, context.partition_keys
             with phase("checks"):
                 yield from quality.changelog_check_results(
@@ -241,10 +157,6 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 )
 
     return changelog
-
-
-def _event_time(value: datetime | None) -> dict[str, dg.MetadataValue]:
-    return {"max_event_time": dg.MetadataValue.timestamp(value)} if value else {}
 
 
 class RebuildConfig(dg.Config):
@@ -286,38 +198,12 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 full_refresh=config.full_refresh,
                 options=table,
             )
-            uri = merged.uri
-            with phase("metadata.preview"):
-                # The rows the merge wrote (all of a table built whole): not a sort of the table.
-                rows = current_rows(
-                    session, lake.warehouse_path, source.name, table.name, merged.written
-                )
-                key = state(uri).key or []
-                shown = {"preview": preview(rows, key)} if rows is not None else {}
-            with phase("metadata.delta"):
-                fresh = freshness.current(lake.warehouse_path, source.name, table.name)
-                described = delta_metadata(uri)
+            output = outputs.current(session, lake.warehouse_path, source, table, merged)
             with phase("checks"):
                 checks = quality.current_check_results(
                     context, session, lake.warehouse_path, source, table, merged
                 )
-            return dg.MaterializeResult(
-                metadata={
-                    "dagster/row_count": merged.rows,
-                    "tombstones": merged.deleted_rows,
-                    "merged_inserted": merged.inserted,
-                    "merged_updated": merged.updated,
-                    "made_live": merged.made_live,
-                    "made_deleted": merged.made_dead,
-                    "truncated_rows": merged.truncated,
-                    "tombstones_purged": merged.tombstones_purged,
-                    "changelog_version": merged.changelog_version,
-                    **freshness_metadata(fresh),
-                    **described,
-                    **shown,
-                },
-                check_results=checks,
-            )
+            return dg.MaterializeResult(metadata=output.metadata, check_results=checks)
 
     return current
 
@@ -348,15 +234,7 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             built = update_history(
                 spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
             )
-            return dg.MaterializeResult(
-                metadata={
-                    "dagster/row_count": built.rows,
-                    "versions_written": built.versions_written,
-                    "versions_removed": built.versions_removed,
-                    "changelog_version": built.changelog_version,
-                    **delta_metadata(built.uri),
-                }
-            )
+            return dg.MaterializeResult(metadata=outputs.history(source, table, built).metadata)
 
     return history
 
@@ -383,23 +261,32 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
         # The run queue lets one run per source in progress (deploy/dagster.yaml).
         tags=source_tags(source.name),
     )
-    if source.transport == "kafka":
-        sensor = build_kafka_sensor(source, job.name)
+    jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = [job]
+    if source.continuous:
+        # One long run takes every batch; the ingest job stays for manual runs and backfills,
+        # whose merges the continuous run's catch-up does when it starts again after them.
+        continuous = build_continuous_job(source, tables, daily_partitions(source))
+        jobs.append(continuous)
+        sensors = [build_continuous_sensor(source, continuous.name)]
     else:
-        sensor = build_landing_sensor(source, daily_partitions(source), job.name)
-    automation = automation_sensor(
-        f"{source.name}__automation",
-        dg.AssetSelection.assets(raw, changelog, *currents),
-        source.name,
-        f"Materializes the current and history tables of `{source.name}` (eager) after their "
-        "change logs update outside its ingest job (a backfill, a manual run).",
-    )
+        if source.transport == "kafka":
+            sensor = build_kafka_sensor(source, job.name)
+        else:
+            sensor = build_landing_sensor(source, daily_partitions(source), job.name)
+        automation = automation_sensor(
+            f"{source.name}__automation",
+            dg.AssetSelection.assets(raw, changelog, *currents),
+            source.name,
+            f"Materializes the current and history tables of `{source.name}` (eager) after "
+            "their change logs update outside its ingest job (a backfill, a manual run).",
+        )
+        sensors = [sensor, automation]
     checks = [
         build_freshness_check(source, t, asset_key(CURRENT, source.name, t.name)) for t in tables
     ]
     return dg.Definitions(
         assets=[raw, changelog, *currents],
         asset_checks=checks,
-        jobs=[job],
-        sensors=[sensor, automation],
+        jobs=jobs,
+        sensors=sensors,
     )

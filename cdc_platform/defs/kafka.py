@@ -11,6 +11,7 @@ import datetime as dt
 import dagster as dg
 
 from cdc_platform.catalog import SourceConfig
+from cdc_platform.defs import outputs
 from cdc_platform.defs.metadata import add_partition_row_counts, delta_metadata, profiled
 from cdc_platform.defs.partitions import daily_partitions, today
 from cdc_platform.defs.resources import LakeResource
@@ -72,16 +73,7 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
                     "more records may be waiting (the batch reached a bound, or a partition's "
                     "end as of the run's start); the sensor requests the next run"
                 )
-            add_partition_row_counts(context, uri)
-            return dg.MaterializeResult(
-                metadata={
-                    "ingested_records": batch.records,
-                    "ingested_bytes": batch.bytes,
-                    "offsets": dg.MetadataValue.json(batch.offsets),
-                    "more_waiting": batch.bounded,
-                    **delta_metadata(uri),
-                }
-            )
+            return outputs.kafka_raw(lake.warehouse_path, source, batch).result(context)
 
     return raw
 

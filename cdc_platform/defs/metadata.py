@@ -4,6 +4,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import dagster as dg
 import pyarrow as pa
@@ -15,15 +16,28 @@ from cdc_platform.freshness import Freshness
 PROFILE_PREFIX = "seconds by phase: "
 
 
+@dataclass
+class Profile:
+    """The profile a block is recording; ``skip()`` leaves it unlogged (a look for new data
+    that found none is not worth a line)."""
+
+    logged: bool = True
+
+    def skip(self) -> None:
+        self.logged = False
+
+
 @contextmanager
-def profiled(context: dg.AssetExecutionContext) -> Iterator[None]:
+def profiled(context: dg.OpExecutionContext) -> Iterator[Profile]:
     """Log where the step's wall time went (``timings``), as one line of the run's event log:
     ``seconds by phase: {json}``, with ``step`` the whole body."""
     start = time.perf_counter()
+    profile = Profile()
     with timings.recorded() as seconds:
-        yield
+        yield profile
     seconds["step"] = time.perf_counter() - start
-    context.log.info(PROFILE_PREFIX + json.dumps(timings.rounded(seconds)))
+    if profile.logged:
+        context.log.info(PROFILE_PREFIX + json.dumps(timings.rounded(seconds)))
 
 
 def table_schema(schema: pa.Schema) -> dg.TableSchema:

@@ -99,7 +99,7 @@ def _result(
 
 
 def _publish(
-    context: dg.AssetExecutionContext,
+    context: dg.OpExecutionContext,
     runs: list[tuple[dg.AssetKey, SuiteRun]],
     warehouse: Path,
     batch: str | None = None,
@@ -128,32 +128,34 @@ def _link(page: Path, site: Path) -> dg.MetadataValue:
     return dg.MetadataValue.url(url) if url else dg.MetadataValue.path(str(page))
 
 
-def _partitions(context: dg.AssetExecutionContext, incremental: bool) -> str:
-    """The run's batch: its partitions, and for an incremental run, the new raw batches."""
-    keys = context.partition_keys
-    label = keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"
+def batch_label(dates: list[str], incremental: bool) -> str:
+    """A run's batch as its checks name it: its dates, and for an incremental run, the new raw
+    batches."""
+    label = dates[0] if len(dates) == 1 else f"{dates[0]}..{dates[-1]}"
     return f"{label}, new raw batches" if incremental else label
 
 
 def changelog_check_results(
-    context: dg.AssetExecutionContext,
+    context: dg.OpExecutionContext,
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
     tables: list[TableConfig],
     dates: list[str],
     written: dict[str, list[str]] | None = None,
+    batch: str | None = None,
 ) -> Iterator[dg.AssetCheckResult]:
     """Validate the change-log partitions ``dates`` of every table and reconcile the source; or,
     for an incremental run, just what it wrote (``written``: table -> the data files it added),
-    so a check costs what the run wrote, not the day."""
+    so a check costs what the run wrote, not the day. ``batch``: how the checks name the batch
+    (default: ``dates``)."""
     runs: list[tuple[dg.AssetKey, SuiteRun | None, str]] = []
     for t in tables:
         run = validations.validate_changelog(spark, warehouse, source, t.name, dates, written)
         runs.append((asset_key(CHANGELOG, source.name, t.name), run, suites.CHANGELOG))
     run = validations.validate_reconciliation(spark, warehouse, source, dates, written)
     runs.append((asset_key(QUARANTINE, source.name), run, suites.RECONCILIATION))
-    batch = _partitions(context, written is not None)
+    batch = batch or batch_label(dates, written is not None)
     reports = _publish(context, [(k, r) for k, r, _ in runs if r], warehouse, batch)
     yield from _results(runs, reports, source, tables)
 
@@ -183,7 +185,7 @@ def _results(
 
 
 def current_check_results(
-    context: dg.AssetExecutionContext,
+    context: dg.OpExecutionContext,
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,

@@ -63,6 +63,13 @@ def _spark_unavailable(error: BaseException) -> bool:
     return type(error).__name__ in _SPARK_ERRORS and any(marker in text for marker in _SPARK_GONE)
 
 
+def reset_if_spark_gone(error: BaseException, spark: object = None) -> None:
+    """Drop the session of ``spark`` (the run's ``SparkResource``) when ``error`` says its
+    server went away: the next use connects a new one."""
+    if spark is not None and _spark_unavailable(error):
+        spark.reset()  # type: ignore[attr-defined]
+
+
 @contextmanager
 def retried_if_transient(context: dg.AssetExecutionContext, spark: object = None) -> Iterator[None]:
     """Turn a transient failure of the block into a retry of the step (``dg.RetryRequested``),
@@ -74,8 +81,7 @@ def retried_if_transient(context: dg.AssetExecutionContext, spark: object = None
         reason = transient_reason(error)
         if reason is None:
             raise
-        if spark is not None and _spark_unavailable(error):
-            spark.reset()  # type: ignore[attr-defined]
+        reset_if_spark_gone(error, spark)
         attempt = context.retry_number
         if attempt >= len(RETRY_SECONDS):
             raise dg.Failure(f"{reason} (still after {attempt} retries)") from error

@@ -1,0 +1,245 @@
+"""A source run continuously (``continuous`` in sources.yaml): one long Dagster run that takes
+micro-batch after micro-batch, raw -> change log -> current and history with their checks.
+
+A run per batch pays, every batch, for a sensor tick, the queue, a process, the code location
+and a Spark session before any work: about 3 s of an 8 s small run. A continuous run pays them
+once. Each micro-batch runs the same steps as the ingest job's assets and reports the same
+materializations (``outputs``) and check evaluations, so the asset pages read alike whichever
+ran. It is the same exactly-once pipeline: each step stores what it has done in its commits, so a
+micro-batch may die anywhere and the next run finishes it (``unfinished``, looked at when a
+run starts and after a transient failure).
+
+A continuous run holds its source's slot in the run queue. It ends after ``run_minutes``, or
+as soon as another run of its source is queued (a backfill, a manual materialization), and the
+source's sensor starts the next one when no run of the source is in flight. A failed run is
+restarted after ``RESTART_AFTER_FAILURE_SECONDS``, so a deterministic failure does not loop.
+"""
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import dagster as dg
+from pyspark.sql import SparkSession
+
+from cdc_platform.catalog import SourceConfig, TableConfig
+from cdc_platform.defs import outputs, quality
+from cdc_platform.defs.keys import asset_key
+from cdc_platform.defs.metadata import profiled
+from cdc_platform.defs.partitions import today
+from cdc_platform.defs.resources import LakeResource, SparkResource
+from cdc_platform.defs.runs import IN_FLIGHT, source_tags
+from cdc_platform.defs.transient import RETRY_SECONDS, reset_if_spark_gone, transient_reason
+from cdc_platform.ingest import kafka
+from cdc_platform.lake import CHANGELOG
+from cdc_platform.steps.changelog import normalize_new
+from cdc_platform.steps.current import merge_current
+from cdc_platform.steps.history import update_history
+from cdc_platform.steps.progress import unfinished
+from cdc_platform.steps.raw import ingest_landing, pending_landing_files
+from cdc_platform.timings import phase
+
+RESTART_AFTER_FAILURE_SECONDS = 60
+
+Event = dg.AssetMaterialization | dg.AssetCheckEvaluation
+
+
+@dataclass
+class MicroBatches:
+    """The steps of one source's micro-batches, in one run (one Spark session throughout)."""
+
+    context: dg.OpExecutionContext
+    spark: SparkResource
+    lake: LakeResource
+    source: SourceConfig
+    tables: list[TableConfig]
+    partitions: dg.DailyPartitionsDefinition
+
+    def ingest(self) -> tuple[outputs.Output | None, list[str]]:
+        """New data -> raw: its materialization (None when nothing came) and its dates."""
+        warehouse, source = self.lake.warehouse_path, self.source
+        if source.transport == "kafka":
+            date = today().isoformat()
+            with phase("raw"):
+                batch = kafka.ingest_kafka(warehouse, source, date=date)
+            if not batch.records:
+                return None, []
+            return outputs.kafka_raw(warehouse, source, batch), [date]
+        landing_dir = self.lake.landing_for(source.name)
+        with phase("raw.pending"):
+            pending = pending_landing_files(warehouse, source.name, landing_dir)
+        # Dates outside the partitions wait, as for the sensor, which says why in its ticks.
+        valid = set(self.partitions.get_partition_keys())
+        dates = sorted(d for d in pending if d in valid)
+        if not dates:
+            return None, []
+        with phase("raw"):
+            result = ingest_landing(warehouse, source.name, landing_dir, dates)
+        return outputs.landing_raw(warehouse, source, result), dates
+
+    def process(self, raw: outputs.Output | None, dates: list[str]) -> Iterator[Event]:
+        """The change log of the new raw batches (and of any a failed run left), its checks,
+        then each table's current and history unless its change log failed a blocking check."""
+        warehouse, source, session = self.lake.warehouse_path, self.source, self.spark_session
+        dates = dates or [today().isoformat()]
+        if raw is not None:
+            yield from raw.materializations(dates)
+        result = normalize_new(session, warehouse, source)
+        new_tables = outputs.routed_without_assets(self.tables, result)
+        if new_tables:
+            self.context.log.warning(outputs.routed_without_assets_warning(new_tables))
+        for output in outputs.changelog(warehouse, source, self.tables, result, new_tables):
+            yield from output.materializations(dates)
+        with phase("checks"):
+            checks = list(
+                quality.changelog_check_results(
+                    self.context, session, warehouse, source, self.tables, dates,
+                    result.written, batch=f"{quality.batch_label(dates, True)} (continuous)",
+                )
+            )  # fmt: skip
+        yield from (_evaluation(c) for c in checks)
+        blocked = _blocked(checks)
+        for table in self.tables:
+            if asset_key(CHANGELOG, source.name, table.name) in blocked:
+                self.context.log.warning(
+                    f"{table.name}: not merged, its change log failed a blocking check; the "
+                    "next micro-batch whose checks pass merges it with the rest"
+                )
+                continue
+            merged = merge_current(session, warehouse, source.name, table.name, options=table)
+            current = outputs.current(session, warehouse, source, table, merged)
+            with phase("checks"):
+                checks = quality.current_check_results(
+                    self.context, session, warehouse, source, table, merged
+                )
+            yield from current.materializations([])
+            yield from (_evaluation(c) for c in checks)
+            if table.history:
+                built = update_history(session, warehouse, source.name, table)
+                yield from outputs.history(source, table, built).materializations([])
+
+    @property
+    def spark_session(self) -> SparkSession:
+        with phase("spark.session"):
+            return self.spark.spark_session
+
+
+def _evaluation(result: dg.AssetCheckResult) -> dg.AssetCheckEvaluation:
+    """A check result as an op reports it (the asset's own run returns the result)."""
+    return dg.AssetCheckEvaluation(
+        asset_key=result.asset_key,
+        check_name=result.check_name,
+        passed=result.passed,
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+    )
+
+
+def _blocked(checks: list[dg.AssetCheckResult]) -> set[dg.AssetKey]:
+    """The assets with a failed ERROR check (blocking: what depends on them waits)."""
+    error = dg.AssetCheckSeverity.ERROR
+    return {c.asset_key for c in checks if not c.passed and c.severity == error}
+
+
+def _queued_run(instance: dg.DagsterInstance, source: str) -> dg.DagsterRun | None:
+    """Another run of ``source`` waiting in the queue (the queue runs one per source)."""
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED], tags=source_tags(source)),
+        limit=1,
+    )
+    return runs[0] if runs else None
+
+
+def build_continuous_job(
+    source: SourceConfig, tables: list[TableConfig], partitions: dg.DailyPartitionsDefinition
+) -> dg.JobDefinition:
+    settings = source.continuous
+    assert settings is not None
+
+    @dg.op(
+        name=f"{source.name}__micro_batches",
+        out={},  # it reports materializations and checks, and passes nothing on
+        description=f"Micro-batch after micro-batch of `{source.name}`, for "
+        f"{settings.run_minutes:g} minutes or until another run of the source is queued.",
+    )
+    def micro_batches(
+        context: dg.OpExecutionContext, spark: SparkResource, lake: LakeResource
+    ) -> Iterator[Event]:
+        batches = MicroBatches(context, spark, lake, source, tables, partitions)
+        end = time.monotonic() + settings.run_minutes * 60
+        failures = 0
+        catch_up = True  # what a run that died left: looked at first, and after a failure
+        while time.monotonic() < end:
+            if queued := _queued_run(context.instance, source.name):
+                context.log.info(
+                    f"run {queued.run_id[:8]} of {source.name} is queued: this continuous run "
+                    "ends for it, and the sensor starts the next one after it"
+                )
+                return
+            try:
+                with profiled(context) as profile:
+                    raw, dates = batches.ingest()
+                    left = catch_up and unfinished(lake.warehouse_path, source)
+                    idle = raw is None and not left
+                    if idle:
+                        profile.skip()
+                    else:
+                        yield from batches.process(raw, dates)
+                if idle:
+                    catch_up = False
+                    time.sleep(settings.poll_seconds)
+                    continue
+                failures, catch_up = 0, False
+            except Exception as error:
+                reason = transient_reason(error)
+                if reason is None or failures >= len(RETRY_SECONDS):
+                    raise
+                reset_if_spark_gone(error, spark)
+                wait = RETRY_SECONDS[failures]
+                failures, catch_up = failures + 1, True
+                context.log.warning(f"transient: {reason}; micro-batch again in {wait} s "
+                                    f"(attempt {failures} of {len(RETRY_SECONDS)})")  # fmt: skip
+                time.sleep(wait)
+
+    @dg.job(
+        name=f"{source.name}__continuous",
+        description=f"`{source.name}` continuously: raw -> change log -> current and history, "
+        "micro-batch after micro-batch in one run (sources.yaml `continuous`).",
+        tags=source_tags(source.name),
+    )
+    def continuous() -> None:
+        micro_batches()
+
+    return continuous
+
+
+def build_continuous_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=f"{source.name}__continuous_sensor",
+        job_name=job_name,
+        minimum_interval_seconds=source.sensor_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            f"Keeps a continuous run of `{source.name}` going: requests one when no run of the "
+            f"source is queued or running, and {RESTART_AFTER_FAILURE_SECONDS} s after a failed "
+            "one at the earliest."
+        ),
+    )
+    def continuous_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        instance = context.instance
+        tags = source_tags(source.name)
+        running = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags=tags), limit=1)
+        if running:
+            return dg.SensorResult(skip_reason=f"run {running[0].run_id[:8]} is in flight")
+        last = instance.get_run_records(filters=dg.RunsFilter(job_name=job_name), limit=1)
+        if last and last[0].dagster_run.status == dg.DagsterRunStatus.FAILURE:
+            since = time.time() - (last[0].end_time or 0)
+            if since < RESTART_AFTER_FAILURE_SECONDS:
+                return dg.SensorResult(
+                    skip_reason=f"the last continuous run failed {since:.0f} s ago; the next "
+                    f"starts {RESTART_AFTER_FAILURE_SECONDS} s after it"
+                )
+        return dg.SensorResult(run_requests=[dg.RunRequest()])
+
+    return continuous_sensor

@@ -1,0 +1,188 @@
+"""A source run continuously (``continuous`` in sources.yaml), against the real broker: one run
+finishes what an earlier run left in raw, takes micro-batch after micro-batch to the current
+table, reports each step's materializations and checks as the ingest job does, and ends when
+another run of its source is queued; a blocking check keeps its table unmerged; the sensor keeps
+one such run going."""
+
+import threading
+import time
+import uuid
+
+import dagster as dg
+import pytest
+from dagster._core.remote_origin import (
+    InProcessCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+from cdc_platform import lake
+from cdc_platform.catalog import ContinuousConfig, SourceConfig
+from cdc_platform.defs import continuous
+from cdc_platform.defs.cdc_tables import build_source_defs
+from cdc_platform.defs.metadata import PROFILE_PREFIX
+from cdc_platform.defs.partitions import today
+from cdc_platform.defs.resources import build_resources
+from cdc_platform.defs.runs import source_tags
+from cdc_platform.ingest import kafka
+from cdc_platform.steps.progress import unfinished
+from tests.kafka.test_kafka_in_dagster import CORPUS_FILE, _catalog, _current, _lines
+from tests.kafka.test_kafka_ingest import _produce, _topic
+from tests.quality.test_dagster import TOO_OLD
+from tests.quality.test_dagster import catalog as shop_catalog  # noqa: F401  (a fixture)
+from tests.spark.test_corpus_debezium import _comparable
+
+pytestmark = pytest.mark.spark
+
+
+def _continuous(source: SourceConfig, minutes: float) -> SourceConfig:
+    return source.model_copy(
+        update={"continuous": ContinuousConfig(run_minutes=minutes, poll_seconds=0.2)}
+    )
+
+
+def _defs(catalog, source: SourceConfig) -> dg.Definitions:
+    return dg.Definitions.merge(
+        build_source_defs(source, catalog),
+        dg.Definitions(resources=build_resources(catalog), executor=dg.in_process_executor),
+    )
+
+
+def _queue_a_run(instance: dg.DagsterInstance, source: str) -> None:
+    """What a backfill or a manual run of the source leaves in the queue (a queued run names
+    the code location it comes from)."""
+    job = f"{source}__ingest"
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(python_file=__file__))
+    origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job)
+    instance.add_run(
+        dg.DagsterRun(
+            job_name=job,
+            run_id=str(uuid.uuid4()),
+            status=dg.DagsterRunStatus.QUEUED,
+            tags=source_tags(source),
+            remote_job_origin=origin,
+        )
+    )
+
+
+def _wait(condition, what: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_one_run_takes_micro_batch_after_micro_batch(spark, kafka_bootstrap, tmp_path, expected):
+    entry = expected[CORPUS_FILE]
+    topic = _topic(kafka_bootstrap, "continuous")
+    catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
+    warehouse = catalog.warehouse_path
+    source = _continuous(catalog.source("k"), minutes=5)
+    lines = _lines()
+    head, tail = lines[:10], lines[10:]
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in head])
+    # An earlier run stored the first records in raw and died before normalizing them.
+    kafka.ingest_kafka(warehouse, source, date=today().isoformat())
+    raw_uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
+    current_uri = lake.TableRef(lake.CURRENT, "k", table).uri(warehouse)
+
+    with dg.instance_for_test() as instance:
+        job = _defs(catalog, source).resolve_job_def("k__continuous")
+
+        def feed() -> None:
+            # Once the first micro-batch (the catch-up) is merged, the rest of the records come;
+            # once they are merged too, a queued run of the source ends the continuous run.
+            _wait(
+                lambda: lake.exists(current_uri) and not unfinished(warehouse, source), "catch-up"
+            )
+            _produce(kafka_bootstrap, topic, [{"value": v} for v in tail])
+            _wait(lambda: lake.read_arrow(raw_uri).num_rows == len(lines), "the tail in raw")
+            _wait(lambda: not unfinished(warehouse, source), "the tail merged")
+            _queue_a_run(instance, "k")
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        result = job.execute_in_process(instance=instance, tags=source_tags("k"))
+        feeder.join(timeout=5)
+        profiles = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.user_message.startswith(PROFILE_PREFIX)
+        ]
+
+    assert result.success
+    assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+    raw = lake.read_arrow(raw_uri)
+    assert sorted(raw["offset"].to_pylist()) == list(range(len(lines)))  # each record once
+
+    materialized = [m.asset_key.to_user_string() for m in _materializations(result)]
+    # The catch-up had no new raw; the second micro-batch did.
+    assert materialized.count("raw/k") == 1
+    assert materialized.count(f"changelog/k/{table}") == 2
+    assert materialized.count(f"current/k/{table}") == 2
+    (raw_meta,) = [m for m in _materializations(result) if m.asset_key.path == ["raw", "k"]]
+    assert raw_meta.partition == today().isoformat()
+    assert raw_meta.metadata["ingested_records"].value == len(tail)
+    assert raw_meta.metadata["dagster/partition_row_count"].value == len(lines)
+    checks = result.get_asset_check_evaluations()
+    names = {(c.asset_key.to_user_string(), c.check_name) for c in checks}
+    assert (f"changelog/k/{table}", "op_in_domain") in names
+    assert (f"current/k/{table}", "row_count_balance") in names
+    assert all(c.passed for c in checks)
+    # One profile line per micro-batch that did work, none for the looks that found nothing.
+    assert len(profiles) == 2
+
+
+def _materializations(result: dg.ExecuteInProcessResult) -> list[dg.AssetMaterialization]:
+    return [e.materialization for e in result.get_asset_materialization_events()]
+
+
+def test_a_blocking_check_keeps_its_table_unmerged(spark, shop_catalog):  # noqa: F811
+    shop = shop_catalog.source("shop")
+    tables = [
+        t.model_copy(update={"quality": TOO_OLD}) if t.name == "customers" else t
+        for t in shop.tables
+    ]
+    # A run that ends after its first micro-batch.
+    source = _continuous(shop.model_copy(update={"tables": tables}), minutes=0.001)
+    job = _defs(shop_catalog, source).resolve_job_def("shop__continuous")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+    assert result.success
+    failed = [
+        (c.asset_key.to_user_string(), c.check_name)
+        for c in result.get_asset_check_evaluations()
+        if not c.passed
+    ]
+    assert failed == [("changelog/shop/customers", "event_time_bounds")]
+    materialized = {m.asset_key.to_user_string() for m in _materializations(result)}
+    assert "changelog/shop/customers" in materialized
+    assert "current/shop/customers" not in materialized  # written, not merged
+    assert {"current/shop/orders", "raw/shop"} <= materialized
+
+
+def test_the_sensor_keeps_one_run_going(kafka_bootstrap, tmp_path, expected, monkeypatch):
+    topic = _topic(kafka_bootstrap, "keep")
+    catalog, _ = _catalog(tmp_path, kafka_bootstrap, topic, expected[CORPUS_FILE])
+    source = _continuous(catalog.source("k"), minutes=30)
+    defs = _defs(catalog, source)
+    sensor = defs.resolve_sensor_def("k__continuous_sensor")
+    assert [s.name for s in defs.sensors] == ["k__continuous_sensor"]  # no per-batch sensor
+
+    with dg.instance_for_test() as instance:
+
+        def tick() -> dg.SensorResult:
+            with dg.build_sensor_context(instance=instance) as context:
+                return sensor(context)
+
+        (request,) = tick().run_requests
+        assert request.job_name in (None, "k__continuous")
+        run = instance.create_run_for_job(
+            job_def=defs.resolve_job_def("k__continuous"), tags=source_tags("k")
+        )
+        assert "in flight" in tick().skip_reason.skip_message  # not started yet: still one
+        instance.report_run_failed(run)
+        assert "failed" in tick().skip_reason.skip_message  # a failure waits before restarting
+        monkeypatch.setattr(continuous, "RESTART_AFTER_FAILURE_SECONDS", 0)
+        assert len(tick().run_requests) == 1
