@@ -94,10 +94,11 @@ class StackError(Exception):
 
 def demo_settings() -> dict:
     """What the demo catalog (sources.yaml) sets and a bench copies: the Spark block, and per
-    transport the sensor interval and the Kafka batch bound of its first source."""
+    transport the sensor interval, whether it runs continuously (its ``continuous`` block) and
+    the Kafka batch bound of its first source."""
     from cdc_platform.catalog import CatalogError, load_catalog
 
-    out = {"spark": {"master": "local[2]"}, "interval": {}, "max_records": None}
+    out = {"spark": {"master": "local[2]"}, "interval": {}, "continuous": {}, "max_records": None}
     try:
         demo = load_catalog(ROOT / "sources.yaml")
     except CatalogError:
@@ -106,9 +107,22 @@ def demo_settings() -> dict:
     out["spark"].pop("remote", None)  # the bench points runs at its own server
     for s in demo.sources:
         out["interval"].setdefault(s.transport, s.sensor_interval_seconds)
+        continuous = s.continuous.model_dump() if s.continuous else None
+        out["continuous"].setdefault(s.transport, continuous)
         if s.kafka and out["max_records"] is None:
             out["max_records"] = s.kafka.max_records
     return out
+
+
+# How a bench's sources run: as the demo's do, a run per batch, or continuously (defaults).
+RUN_MODES = ("demo", "batches", "continuous")
+
+
+def continuous_settings(mode: str, demo: dict) -> dict[str, dict | None]:
+    """Per transport, the ``continuous`` block of the bench's source (None: a run per batch)."""
+    if mode == "demo":
+        return {t: demo["continuous"].get(t) for t in ("files", "kafka")}
+    return {t: {} if mode == "continuous" else None for t in ("files", "kafka")}
 
 
 def write_catalog(
@@ -121,8 +135,10 @@ def write_catalog(
     interval: dict[str, int],
     spark: dict,
     max_records: int | None,
+    continuous: dict[str, dict | None] | None = None,
 ) -> Path:
-    """A catalog with one Debezium landing source and one Debezium Kafka source."""
+    """A catalog with one Debezium landing source and one Debezium Kafka source (``continuous``:
+    per transport, its ``continuous`` block, None for a run per batch)."""
     table = {
         "name": TABLE,
         "source_table": SOURCE_TABLE,
@@ -143,6 +159,9 @@ def write_catalog(
              "sensor_interval_seconds": interval["kafka"], "kafka": kafka, "tables": [table]},
         ],
     }  # fmt: skip
+    for source in catalog["sources"]:
+        if (block := (continuous or {}).get(source["transport"])) is not None:
+            source["continuous"] = block
     path.write_text(yaml.safe_dump(catalog, sort_keys=False))
     return path
 
@@ -528,6 +547,10 @@ def main() -> None:
         "--sensor-interval", type=int, default=None,
         help="seconds; default: the demo catalog's (sources.yaml) per transport",
     )  # fmt: skip
+    parser.add_argument(
+        "--runs", choices=RUN_MODES, default="demo",
+        help="the sources run as the demo's do (default), a run per batch, or continuously",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=0, help="uncounted rounds first")
     parser.add_argument("--timeout", type=float, default=300, help="per round, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, tables)")
@@ -560,13 +583,15 @@ def main() -> None:
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval=interval, spark=demo["spark"], max_records=demo["max_records"],
+            continuous=continuous_settings(args.runs, demo),
         )  # fmt: skip
         stack = DemoStack(work, catalog, spark_connect=not args.local_session)
         stack.start(bootstrap)
         create_topic(bootstrap)
         spark = f"Spark Connect server {stack.spark_url}" if stack.spark_url else "local sessions"
         print(f"stack up: broker {bootstrap}, {spark}, dagster dev {stack.url}; "
-              f"dagster.yaml: {stack.dagster_yaml}; sensor intervals {interval}; work {work}",
+              f"dagster.yaml: {stack.dagster_yaml}; sensor intervals {interval}; "
+              f"runs: {args.runs}; work {work}",
               flush=True)  # fmt: skip
         times: dict[str, list[float]] = {k: [] for k in kinds}
         pos = {"files": 4, "kafka": 4}

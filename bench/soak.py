@@ -57,11 +57,13 @@ from latency import (  # noqa: E402  (bench/ is not a package)
     IN_FLIGHT,
     QUEUED,
     ROOT,
+    RUN_MODES,
     TABLE,
     TOPIC,
     DemoStack,
     StackError,
     check_prerequisites,
+    continuous_settings,
     create_topic,
     debezium_value,
     demo_settings,
@@ -653,6 +655,10 @@ def main() -> None:
     parser.add_argument(
         "--plot", default=str(ROOT / "docs" / "soak.png"), help="PNG to write; '' for none"
     )
+    parser.add_argument(
+        "--runs", choices=RUN_MODES, default="demo",
+        help="the sources run as the demo's do (default), a run per batch, or continuously",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--local-session", action="store_true",
@@ -691,7 +697,7 @@ def main() -> None:
         catalog = write_catalog(
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types=COLUMN_TYPES, interval=interval, spark=demo["spark"],
-            max_records=demo["max_records"],
+            max_records=demo["max_records"], continuous=continuous_settings(args.runs, demo),
         )  # fmt: skip
         stack = DemoStack(work, catalog, spark_connect=not args.local_session)
         t_start = time.monotonic()

@@ -159,6 +159,13 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
     return changelog
 
 
+def _merge_condition(source: SourceConfig) -> dg.AutomationCondition | None:
+    """When automation merges a change log into current and history: after it is updated
+    outside the ingest job. Never for a continuous source: its run merges whatever the change
+    log holds when it starts, and an automation run would end it (it yields to queued runs)."""
+    return None if source.continuous else MERGE_WHEN_CHANGELOG_UPDATES
+
+
 class RebuildConfig(dg.Config):
     """Run config of the current and history assets (the launchpad's `config:` block)."""
 
@@ -173,7 +180,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         deps=[asset_key(CHANGELOG, source.name, table.name)],
         group_name=source.name,
         kinds={"spark", "delta"},
-        automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
+        automation_condition=_merge_condition(source),
         check_specs=quality.current_check_specs(source, table),
         description=(
             f"Current state of `{table.match}`: one row per primary key, typed columns, built by "
@@ -216,7 +223,7 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
         deps=[asset_key(CHANGELOG, source.name, table.name)],
         group_name=source.name,
         kinds={"spark", "delta"},
-        automation_condition=MERGE_WHEN_CHANGELOG_UPDATES,
+        automation_condition=_merge_condition(source),
         description=(
             f"SCD type 2 history of `{table.match}`: one row per version of each key with "
             "`__start_at`/`__end_at` (sequence) and `__start_time`/`__end_time` (event time), "

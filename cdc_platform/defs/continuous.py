@@ -12,7 +12,8 @@ run starts and after a transient failure).
 A continuous run holds its source's slot in the run queue. It ends after ``run_minutes``, or
 as soon as another run of its source is queued (a backfill, a manual materialization), and the
 source's sensor starts the next one when no run of the source is in flight. A failed run is
-restarted after ``RESTART_AFTER_FAILURE_SECONDS``, so a deterministic failure does not loop.
+restarted at once (killed, it lost nothing), but after two failures in a row the next waits
+``RESTART_AFTER_FAILURE_SECONDS``, so a deterministic failure does not loop.
 """
 
 import time
@@ -222,8 +223,8 @@ def build_continuous_sensor(source: SourceConfig, job_name: str) -> dg.SensorDef
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             f"Keeps a continuous run of `{source.name}` going: requests one when no run of the "
-            f"source is queued or running, and {RESTART_AFTER_FAILURE_SECONDS} s after a failed "
-            "one at the earliest."
+            "source is queued or running; after two failed runs in a row, "
+            f"{RESTART_AFTER_FAILURE_SECONDS} s after the last at the earliest."
         ),
     )
     def continuous_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
@@ -232,13 +233,14 @@ def build_continuous_sensor(source: SourceConfig, job_name: str) -> dg.SensorDef
         running = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags=tags), limit=1)
         if running:
             return dg.SensorResult(skip_reason=f"run {running[0].run_id[:8]} is in flight")
-        last = instance.get_run_records(filters=dg.RunsFilter(job_name=job_name), limit=1)
-        if last and last[0].dagster_run.status == dg.DagsterRunStatus.FAILURE:
-            since = time.time() - (last[0].end_time or 0)
+        last = instance.get_run_records(filters=dg.RunsFilter(job_name=job_name), limit=2)
+        failed = [r for r in last if r.dagster_run.status == dg.DagsterRunStatus.FAILURE]
+        if len(failed) == 2:  # a killed run is restarted at once; a failing one is spaced out
+            since = time.time() - (failed[0].end_time or 0)
             if since < RESTART_AFTER_FAILURE_SECONDS:
                 return dg.SensorResult(
-                    skip_reason=f"the last continuous run failed {since:.0f} s ago; the next "
-                    f"starts {RESTART_AFTER_FAILURE_SECONDS} s after it"
+                    skip_reason=f"the last two continuous runs failed, the last {since:.0f} s "
+                    f"ago; the next starts {RESTART_AFTER_FAILURE_SECONDS} s after it"
                 )
         return dg.SensorResult(run_requests=[dg.RunRequest()])
 

@@ -38,7 +38,8 @@ def test_each_table_has_raw_changelog_and_current_in_its_source_group():
     assert set(changelog.parent_keys) == {dg.AssetKey(["raw", "shop"])}
     assert {current.group_name, changelog.group_name} == {"shop"}
     assert changelog.partitions_def is not None and current.partitions_def is None
-    assert current.automation_condition is not None
+    # The demo's sources run continuously: their runs merge, not automation.
+    assert current.automation_condition is None
 
 
 def test_workspace_yaml_loads(tmp_path):
@@ -63,9 +64,11 @@ def test_a_kafka_source_gets_an_append_only_raw_asset_a_sensor_and_freshness_che
     raw = graph.get(dg.AssetKey(["raw", "crm"]))
     assert "kafka" in raw.kinds and raw.partitions_def is not None
     assert "Append-only" in raw.description
-    sensor = d.get_sensor_def("crm__kafka_sensor")
+    # The demo runs it continuously; its ingest job stays for manual runs and backfills.
+    sensor = d.get_sensor_def("crm__continuous_sensor")
     assert sensor.minimum_interval_seconds == 5
-    assert sensor.job_name == "crm__ingest"
+    assert sensor.job_name == "crm__continuous"
+    assert d.resolve_job_def("crm__continuous").run_tags == {"cdc/source": "crm"}
     job = d.resolve_job_def("crm__ingest")
     assert {
         "raw/crm", "changelog/crm/accounts", "current/crm/accounts", "current/crm/tickets"
@@ -82,16 +85,13 @@ def test_every_run_of_a_source_carries_its_tag_for_the_run_queue():
     automation = {
         s.name: s for s in repo.sensor_defs if isinstance(s, dg.AutomationConditionSensorDefinition)
     }
-    # One automation sensor per source and one for the models: no catch-all sensor.
-    assert set(automation) == {f"{s}__automation" for s in ("shop", "lindorm", "crm", "models")}
-    graph = d.resolve_asset_graph()
-    for name, sensor in automation.items():
-        source = name.removesuffix("__automation")
-        assert sensor.run_tags == {"cdc/source": source}
-        groups = {graph.get(k).group_name for k in sensor.asset_selection.resolve(graph)}
-        assert groups == {source}
-        if source != "models":
-            assert d.resolve_job_def(f"{source}__ingest").run_tags == {"cdc/source": source}
+    # One for the models, none for the demo's continuous sources (their runs merge what a
+    # backfill wrote when they start again), no catch-all sensor.
+    assert set(automation) == {"models__automation"}
+    assert automation["models__automation"].run_tags == {"cdc/source": "models"}
+    for source in ("shop", "lindorm", "crm"):
+        for job in (f"{source}__ingest", f"{source}__continuous"):
+            assert d.resolve_job_def(job).run_tags == {"cdc/source": source}
 
 
 def test_partitions_are_per_source_and_start_where_the_data_starts(tmp_path, monkeypatch):
@@ -115,7 +115,7 @@ def test_the_demo_instance_queues_one_run_per_source(tmp_path):
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         queue = instance.run_coordinator.get_run_queue_config()
         assert not instance.telemetry_enabled
-    assert queue.max_concurrent_runs == 3
+    assert queue.max_concurrent_runs == 5
     assert queue.tag_concurrency_limits == [
         {"key": "cdc/source", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
     ]

@@ -52,7 +52,10 @@ class _Shop:
         self.catalog, self.instance = catalog, instance
         self.resources = build_resources(catalog)
         self.defs = dg.Definitions.merge(
-            build_source_defs(catalog.source("shop"), catalog),
+            # With a run per batch, whose sensor this file tests (the demo's runs continuously).
+            build_source_defs(
+                catalog.source("shop").model_copy(update={"continuous": None}), catalog
+            ),  # fmt: skip
             dg.Definitions(resources=self.resources),
         )
         self.sensor = self.defs.resolve_sensor_def("shop__landing_sensor")

@@ -129,7 +129,10 @@ def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog
     write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
     resources = build_resources(catalog)
     source_defs = dg.Definitions.merge(
-        build_source_defs(catalog.source("lindorm"), catalog),
+        # With a run per batch, whose sensor this tests (the demo's runs continuously).
+        build_source_defs(
+            catalog.source("lindorm").model_copy(update={"continuous": None}), catalog
+        ),  # fmt: skip
         dg.Definitions(resources=resources, executor=dg.in_process_executor),
     )
     sensor = source_defs.resolve_sensor_def("lindorm__landing_sensor")

@@ -29,6 +29,7 @@ from cdc_platform.ingest import kafka
 from cdc_platform.steps.progress import unfinished
 from tests.kafka.test_kafka_in_dagster import CORPUS_FILE, _catalog, _current, _lines
 from tests.kafka.test_kafka_ingest import _produce, _topic
+from tests.ops.live_stack import free_port
 from tests.quality.test_dagster import TOO_OLD
 from tests.quality.test_dagster import catalog as shop_catalog  # noqa: F401  (a fixture)
 from tests.spark.test_corpus_debezium import _comparable
@@ -178,11 +179,41 @@ def test_the_sensor_keeps_one_run_going(kafka_bootstrap, tmp_path, expected, mon
 
         (request,) = tick().run_requests
         assert request.job_name in (None, "k__continuous")
-        run = instance.create_run_for_job(
-            job_def=defs.resolve_job_def("k__continuous"), tags=source_tags("k")
-        )
-        assert "in flight" in tick().skip_reason.skip_message  # not started yet: still one
-        instance.report_run_failed(run)
-        assert "failed" in tick().skip_reason.skip_message  # a failure waits before restarting
+        job = defs.resolve_job_def("k__continuous")
+
+        def failed_run() -> None:
+            run = instance.create_run_for_job(job_def=job, tags=source_tags("k"))
+            assert "in flight" in tick().skip_reason.skip_message  # not started yet: still one
+            instance.report_run_failed(run)
+
+        failed_run()
+        assert len(tick().run_requests) == 1  # one failure (a killed run): at once
+        failed_run()
+        assert "failed" in tick().skip_reason.skip_message  # two in a row: spaced out
         monkeypatch.setattr(continuous, "RESTART_AFTER_FAILURE_SECONDS", 0)
         assert len(tick().run_requests) == 1
+
+
+def test_a_transient_failure_is_waited_out_in_place_then_fails_the_run(
+    kafka_bootstrap, tmp_path, expected, monkeypatch
+):
+    # The broker unreachable (a closed port): each micro-batch's first step fails with a
+    # transient error; the run waits and tries again, and fails once the waits are used up.
+    topic = _topic(kafka_bootstrap, "gone")
+    closed = f"127.0.0.1:{free_port()}"
+    catalog, _ = _catalog(tmp_path, closed, topic, expected[CORPUS_FILE])
+    monkeypatch.setattr(continuous, "RETRY_SECONDS", (0.1, 0.1))
+    monkeypatch.setattr(kafka, "_METADATA_TIMEOUT", 1)  # how long "unreachable" takes to say
+    job = _defs(catalog, _continuous(catalog.source("k"), minutes=5)).resolve_job_def(
+        "k__continuous"
+    )
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.user_message.startswith("transient:")
+        ]
+    assert not result.success
+    assert len(warnings) == 2
+    assert all("the Kafka broker is unreachable" in w for w in warnings)

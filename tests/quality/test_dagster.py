@@ -41,7 +41,8 @@ def catalog(tmp_path, monkeypatch):
 
 
 def _defs(catalog, quality: QualityConfig | None = None, models: bool = False) -> dg.Definitions:
-    shop = catalog.source("shop")
+    # With a run per batch, whose automation this file tests (the demo's runs continuously).
+    shop = catalog.source("shop").model_copy(update={"continuous": None})
     if quality is not None:
         tables = [
             t.model_copy(update={"quality": quality}) if t.name == "customers" else t
