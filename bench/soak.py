@@ -242,7 +242,9 @@ def raw_rows(warehouse: Path, source: str) -> int:
         return 0
 
 
-def active_runs(stack: DemoStack) -> dict[str, dict[str, int]] | None:
+def active_runs(
+    stack: DemoStack, count_continuous: bool = True
+) -> dict[str, dict[str, int]] | None:
     """source -> {"queued": n, "in_flight": n}; None when the webserver did not answer."""
     try:
         runs = stack.runs(statuses=(*QUEUED, *IN_FLIGHT), limit=200)
@@ -250,6 +252,8 @@ def active_runs(stack: DemoStack) -> dict[str, dict[str, int]] | None:
         return None
     out: dict[str, dict[str, int]] = {}
     for r in runs:
+        if not count_continuous and (r.get("jobName") or "").endswith("__continuous"):
+            continue
         counts = out.setdefault(run_source(r), {"queued": 0, "in_flight": 0})
         counts["queued" if r["status"] in QUEUED else "in_flight"] += 1
     return out
@@ -309,8 +313,8 @@ def sample_row(s: dict) -> str:
 
 def caught_up(stack: DemoStack, streams: dict[str, Stream]) -> dict[str, bool]:
     """Per source: raw holds every message, the current table reflects the last event, and no
-    run of the source is queued or in flight."""
-    runs = active_runs(stack)
+    run of the source is queued or in flight (but its continuous run, which never ends)."""
+    runs = active_runs(stack, count_continuous=False)
     out = {}
     for name, stream in streams.items():
         busy = runs is None or sum((runs.get(name) or {}).values()) > 0
