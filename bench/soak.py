@@ -663,6 +663,10 @@ def main() -> None:
         "--runs", choices=RUN_MODES, default="demo",
         help="the sources run as the demo's do (default), a run per batch, or continuously",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-records", type=int, default=None,
+        help="the Kafka source's max_records (a run's or micro-batch's bound); default the demo's",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--local-session", action="store_true",
@@ -701,7 +705,8 @@ def main() -> None:
         catalog = write_catalog(
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types=COLUMN_TYPES, interval=interval, spark=demo["spark"],
-            max_records=demo["max_records"], continuous=continuous_settings(args.runs, demo),
+            max_records=args.max_records or demo["max_records"],
+            continuous=continuous_settings(args.runs, demo),
         )  # fmt: skip
         stack = DemoStack(work, catalog, spark_connect=not args.local_session)
         t_start = time.monotonic()

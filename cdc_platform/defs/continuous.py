@@ -18,7 +18,7 @@ restarted at once (killed, it lost nothing), but after two failures in a row the
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dagster as dg
 from pyspark.sql import SparkSession
@@ -30,6 +30,7 @@ from cdc_platform.defs.metadata import profiled
 from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import IN_FLIGHT, source_tags
+from cdc_platform.defs.sensors import outside_partitions_warning
 from cdc_platform.defs.transient import RETRY_SECONDS, reset_if_spark_gone, transient_reason
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import CHANGELOG
@@ -55,6 +56,7 @@ class MicroBatches:
     source: SourceConfig
     tables: list[TableConfig]
     partitions: dg.DailyPartitionsDefinition
+    warned: set[str] = field(default_factory=set)  # landing dates said to be outside
 
     def ingest(self) -> tuple[outputs.Output | None, list[str]]:
         """New data -> raw: its materialization (None when nothing came) and its dates."""
@@ -69,8 +71,11 @@ class MicroBatches:
         landing_dir = self.lake.landing_for(source.name)
         with phase("raw.pending"):
             pending = pending_landing_files(warehouse, source.name, landing_dir)
-        # Dates outside the partitions wait, as for the sensor, which says why in its ticks.
+        # Dates outside the partitions wait, as they do for the sensor; said once per run.
         valid = set(self.partitions.get_partition_keys())
+        if outside := sorted(d for d in pending if d not in valid and d not in self.warned):
+            self.context.log.warning(outside_partitions_warning(source, self.partitions, outside))
+            self.warned.update(outside)
         dates = sorted(d for d in pending if d in valid)
         if not dates:
             return None, []

@@ -36,6 +36,18 @@ def request_for(dates: list[str], key: str, files: int) -> dg.RunRequest:
     return dg.RunRequest(run_key=key, tags={**tags, RANGE_START_TAG: first, RANGE_END_TAG: last})
 
 
+def outside_partitions_warning(
+    source: SourceConfig, partitions: dg.DailyPartitionsDefinition, outside: list[str]
+) -> str:
+    """What to say of landing dates that the source's partitions do not hold (yet)."""
+    return (
+        f"landing dates outside the partitions of {source.name} (from "
+        f"{partitions.start:%Y-%m-%d}): {', '.join(outside)}; set start_date in sources.yaml "
+        "or reload the code location (partitions start at the earliest landing date) to "
+        "ingest them"
+    )
+
+
 def build_landing_sensor(
     source: SourceConfig, partitions: dg.DailyPartitionsDefinition, job_name: str
 ) -> dg.SensorDefinition:
@@ -72,12 +84,7 @@ def build_landing_sensor(
         valid = set(partitions.get_partition_keys())
         outside = sorted(d for d in pending if d not in valid)
         if outside:
-            context.log.warning(
-                f"landing dates outside the partitions of {source.name} (from "
-                f"{partitions.start:%Y-%m-%d}): {', '.join(outside)}; set start_date in "
-                "sources.yaml or reload the code location (partitions start at the earliest "
-                "landing date) to ingest them"
-            )
+            context.log.warning(outside_partitions_warning(source, partitions, outside))
         pending = {d: names for d, names in pending.items() if d in valid}
         if not pending:
             return finish_or_skip(

@@ -217,3 +217,20 @@ def test_a_transient_failure_is_waited_out_in_place_then_fails_the_run(
     assert not result.success
     assert len(warnings) == 2
     assert all("the Kafka broker is unreachable" in w for w in warnings)
+
+
+def test_landing_dates_outside_the_partitions_wait_and_are_said_once(shop_catalog):  # noqa: F811
+    # The demo's files are of an earlier date than the source's first partition.
+    shop = shop_catalog.source("shop").model_copy(update={"start_date": today()})
+    job = _defs(shop_catalog, _continuous(shop, minutes=0.05)).resolve_job_def("shop__continuous")
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(instance=instance)
+        said = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if "outside the partitions" in e.user_message
+        ]
+    assert result.success
+    assert len(said) == 1 and "set start_date" in said[0]  # polled many times, said once
+    assert not result.get_asset_materialization_events()
+    assert not lake.exists(lake.TableRef(lake.RAW, "shop").uri(shop_catalog.warehouse_path))
