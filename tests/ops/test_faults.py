@@ -371,6 +371,20 @@ def test_overlapping_runs_of_one_source(live):
     )
 
 
+def _fill(ballast: Path) -> None:
+    """Take all but a few KiB of the ballast's disk. In halving chunks: one allocation of the
+    free space measured a moment before fails whole when a run wrote meanwhile (a tmpfs undoes a
+    failed allocation), and the disk then stayed free (CI of bba9c8b)."""
+    with ballast.open("wb") as f:
+        offset, chunk = 0, 64 << 20
+        while chunk >= 4096:
+            try:
+                os.posix_fallocate(f.fileno(), offset, chunk)
+                offset += chunk
+            except OSError:
+                chunk //= 2
+
+
 def test_warehouse_disk_full_for_a_while(live):
     """The warehouse's disk full (a ballast file fills its tmpfs) until a run has failed on it,
     then freed: the commits that failed left nothing a reader sees, and the next runs take it."""
@@ -380,12 +394,7 @@ def test_warehouse_disk_full_for_a_while(live):
     with live.traffic():
         time.sleep(5)
         since = time.time()
-        free = os.statvfs(live.warehouse)
-        with ballast.open("wb") as f:
-            try:
-                os.posix_fallocate(f.fileno(), 0, free.f_bavail * free.f_frsize)
-            except OSError:
-                pass  # what fitted is enough: the disk is full
+        _fill(ballast)
         try:
             failed = live.wait_for(
                 lambda: _started_since(live.home, since, statuses=[dg.DagsterRunStatus.FAILURE]),
