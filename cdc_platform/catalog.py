@@ -390,6 +390,13 @@ class ContinuousConfig(_Strict):
     poll_seconds: float = Field(
         1, gt=0, description="wait between two looks for new data when the last found none"
     )
+    batch_seconds: float = Field(
+        20,
+        gt=0,
+        description="a Kafka micro-batch takes the records that the micro-batches before it "
+        "show can be finished in about this long (a backlog is worked through in micro-batches "
+        "of this length), at most kafka.max_records and max_bytes (the memory bounds)",
+    )
 
 
 class SourceConfig(_KeyAndTypes):

@@ -14,6 +14,11 @@ as soon as another run of its source is queued (a backfill, a manual materializa
 source's sensor starts the next one when no run of the source is in flight. A failed run is
 restarted at once (killed, it lost nothing), but after two failures in a row the next waits
 ``RESTART_AFTER_FAILURE_SECONDS``, so a deterministic failure does not loop.
+
+A Kafka micro-batch takes at most what the micro-batches before it show can be finished in
+``batch_seconds`` (``BatchBound``), so a backlog is worked through in micro-batches of about that
+length rather than of a fixed ``max_records`` (which stays the memory bound). A landing
+micro-batch takes every file waiting: a file is its unit.
 """
 
 import time
@@ -42,8 +47,34 @@ from cdc_platform.steps.raw import ingest_landing, pending_landing_files
 from cdc_platform.timings import phase
 
 RESTART_AFTER_FAILURE_SECONDS = 60
+# The first Kafka micro-batch's bound is this many records per second of ``batch_seconds``: about
+# what a micro-batch does on the 2-core machine (BENCHMARKS.md). The bound then learns the source's.
+FIRST_RECORDS_PER_SECOND = 5_000
+MIN_RECORDS = 1_000
+MAX_GROWTH = 4  # a bound grows at most this much a micro-batch: a small one says little
 
 Event = dg.AssetMaterialization | dg.AssetCheckEvaluation
+
+
+@dataclass
+class BatchBound:
+    """How many records the next Kafka micro-batch takes. A micro-batch costs a fixed part plus
+    a part per record, so ``records x seconds / took`` after each micro-batch converges on the
+    count that takes ``seconds``. Learned only from the micro-batches that say something: those
+    cut short by the bound (the source had more) and those that took longer than ``seconds``."""
+
+    seconds: float
+    ceiling: int  # the source's max_records: what memory allows
+    records: int = 0
+
+    def __post_init__(self) -> None:
+        first = int(FIRST_RECORDS_PER_SECOND * self.seconds)
+        self.records = self.records or min(self.ceiling, max(MIN_RECORDS, first))
+
+    def learn(self, records: int, took: float, bounded: bool) -> None:
+        if records and (bounded or took > self.seconds):
+            fit = records * self.seconds / max(took, 1e-3)
+            self.records = int(min(self.ceiling, self.records * MAX_GROWTH, max(MIN_RECORDS, fit)))
 
 
 @dataclass
@@ -56,15 +87,38 @@ class MicroBatches:
     source: SourceConfig
     tables: list[TableConfig]
     partitions: dg.DailyPartitionsDefinition
+    bound: BatchBound | None = None  # Kafka sources
+    taken: kafka.KafkaIngestResult | None = None  # the last Kafka micro-batch's raw
     warned: set[str] = field(default_factory=set)  # landing dates said to be outside
+
+    def __post_init__(self) -> None:
+        if self.source.kafka is not None and self.source.continuous is not None:
+            ceiling = self.source.kafka.max_records
+            self.bound = BatchBound(self.source.continuous.batch_seconds, ceiling)
+
+    def learn(self, took: float) -> None:
+        """Fit the Kafka bound to the micro-batch just done, ``took`` seconds from its ingest to
+        its last merge."""
+        if self.bound is not None and self.taken is not None:
+            before = self.bound.records
+            self.bound.learn(self.taken.records, took, self.taken.bounded)
+            if abs(self.bound.records - before) > before / 4:
+                self.context.log.info(
+                    f"Kafka micro-batches now take at most {self.bound.records:,} records (the "
+                    f"last took {took:.1f} s for {self.taken.records:,})"
+                )
 
     def ingest(self) -> tuple[outputs.Output | None, list[str]]:
         """New data -> raw: its materialization (None when nothing came) and its dates."""
         warehouse, source = self.lake.warehouse_path, self.source
         if source.transport == "kafka":
             date = today().isoformat()
+            assert self.bound is not None
             with phase("raw"):
-                batch = kafka.ingest_kafka(warehouse, source, date=date)
+                batch = kafka.ingest_kafka(
+                    warehouse, source, max_records=self.bound.records, date=date
+                )
+            self.taken = batch
             if not batch.records:
                 return None, []
             return outputs.kafka_raw(warehouse, source, batch), [date]
@@ -184,14 +238,17 @@ def build_continuous_job(
                 )
                 return
             try:
+                started = time.monotonic()
                 with profiled(context) as profile:
-                    raw, dates = batches.ingest()
                     left = catch_up and unfinished(lake.warehouse_path, source)
+                    raw, dates = batches.ingest()
                     idle = raw is None and not left
                     if idle:
                         profile.skip()
                     else:
                         yield from batches.process(raw, dates)
+                if not left:  # a catch-up's time is not the batch's alone
+                    batches.learn(time.monotonic() - started)
                 if idle:
                     catch_up = False
                     time.sleep(settings.poll_seconds)

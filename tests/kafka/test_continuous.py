@@ -135,6 +135,56 @@ def test_one_run_takes_micro_batch_after_micro_batch(spark, kafka_bootstrap, tmp
     assert len(profiles) == 2
 
 
+def test_micro_batches_stop_at_the_adaptive_bound_and_the_next_goes_on(
+    spark, kafka_bootstrap, tmp_path, expected, monkeypatch
+):
+    # A backlog, and a bound that starts at 2 records and grows (at most 2x) while every
+    # micro-batch is cut by it and finishes well within batch_seconds.
+    entry = expected[CORPUS_FILE]
+    topic = _topic(kafka_bootstrap, "adaptive")
+    catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
+    warehouse = catalog.warehouse_path
+    monkeypatch.setattr(continuous, "FIRST_RECORDS_PER_SECOND", 2 / 600)
+    monkeypatch.setattr(continuous, "MIN_RECORDS", 1)
+    monkeypatch.setattr(continuous, "MAX_GROWTH", 2)
+    source = catalog.source("k").model_copy(
+        update={"continuous": ContinuousConfig(run_minutes=5, poll_seconds=0.2, batch_seconds=600)}
+    )
+    lines = _lines()
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in lines])
+    raw_uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
+
+    with dg.instance_for_test() as instance:
+        job = _defs(catalog, source).resolve_job_def("k__continuous")
+
+        def end_when_all_merged() -> None:
+            def all_merged() -> bool:
+                return (
+                    lake.exists(raw_uri)
+                    and lake.read_arrow(raw_uri).num_rows == len(lines)
+                    and not unfinished(warehouse, source)
+                )
+
+            _wait(all_merged, "every record merged", seconds=300)
+            _queue_a_run(instance, "k")
+
+        ender = threading.Thread(target=end_when_all_merged, daemon=True)
+        ender.start()
+        result = job.execute_in_process(instance=instance, tags=source_tags("k"))
+        ender.join(timeout=5)
+
+    assert result.success
+    raws = [m for m in _materializations(result) if m.asset_key.path == ["raw", "k"]]
+    taken = [m.metadata["ingested_records"].value for m in raws]
+    # 2, 4, 8 records, then the rest (fewer than the bound of 16): each micro-batch from where
+    # the one before stopped.
+    assert taken == [2, 4, 8, len(lines) - 14]
+    assert [m.metadata["more_waiting"].value for m in raws] == [True, True, True, False]
+    offsets = lake.read_arrow(raw_uri)["offset"].to_pylist()
+    assert sorted(offsets) == list(range(len(lines)))  # each record once
+    assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+
+
 def _materializations(result: dg.ExecuteInProcessResult) -> list[dg.AssetMaterialization]:
     return [e.materialization for e in result.get_asset_materialization_events()]
 
