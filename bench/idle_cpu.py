@@ -8,7 +8,8 @@ issue 22: start the demo, let it warm up, then point this at the `make` process:
 
 Every 30 s it prints the tree's CPU seconds since the start (user + system, ended children
 included: /proc, as bench/latency.py counts them), the average cores, the resident memory summed
-over the tree (pages shared with a fork count twice) and the number of processes.
+over the tree (pages shared with a fork count twice) and the number of processes. At the end
+it splits the CPU seconds by part of the stack (a process's own, and its ended children's).
 """
 
 import argparse
@@ -19,6 +20,34 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from latency import cpu_seconds, descendants, rss_bytes  # noqa: E402  (bench/ is not a package)
+
+# Parts of the stack, by what their command line contains (the first that matches). The daemon
+# launches runs from its forkserver (deploy/dagster.yaml), so an ended run's time stays there.
+PARTS = (
+    ("Spark Connect server", ("SparkConnectServer", "org.apache.spark")),
+    ("runs (the daemon's forkserver)", ("multiprocessing.forkserver",)),
+    ("daemon", ("_daemon run", "dagster-daemon")),
+    ("code server", ("api grpc", "code-server")),
+    ("webserver", ("dagster_webserver", "dagster-webserver")),
+    ("broker", ("tansu",)),
+    ("demo traffic", ("cdc-platform demo",)),
+)
+
+
+def part(pid: int) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "gone"
+    return next((name for name, marks in PARTS if any(m in command for m in marks)), "other")
+
+
+def by_part(tree: list[int]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid in tree:
+        name = part(pid)
+        out[name] = out.get(name, 0.0) + cpu_seconds([pid])
+    return out
 
 
 def main() -> None:
@@ -34,6 +63,7 @@ def main() -> None:
         return cpu_seconds(tree), rss_bytes(tree), len(tree)
 
     first, _, _ = sample()
+    parts_first = by_part(descendants([args.pid]))
     start = time.monotonic()
     peak = 0
     while (elapsed := time.monotonic() - start) < args.minutes * 60:
@@ -45,6 +75,9 @@ def main() -> None:
               f"  rss={rss / 2**30:.2f} GiB  procs={procs}", flush=True)  # fmt: skip
     print(f"over {elapsed / 60:.1f} min: {cpu - first:.0f} CPU s, {(cpu - first) / elapsed:.2f} "
           f"cores; RSS at most {peak / 2**30:.2f} GiB")  # fmt: skip
+    for name, seconds in sorted(by_part(descendants([args.pid])).items(), key=lambda p: -p[1]):
+        spent = seconds - parts_first.get(name, 0.0)  # a run started meanwhile had none
+        print(f"  {name:28} {spent:7.0f} CPU s  {spent / elapsed:.2f} cores")
 
 
 if __name__ == "__main__":

@@ -152,8 +152,11 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
             yield from (output.result(context) for output in written)
             session, dates = spark.spark_session, context.partition_keys
             with phase("checks"):
-                yield from quality.changelog_check_results(
-                    context, session, lake.warehouse_path, source, tables, dates, result.written
+                validated = quality.validate_changelogs(
+                    session, lake.warehouse_path, source, tables, dates, result.written
+                )
+                yield from quality.check_results(
+                    context, validated, lake.warehouse_path, source, tables
                 )
 
     return changelog
@@ -207,8 +210,11 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
             )
             output = outputs.current(session, lake.warehouse_path, source, table, merged)
             with phase("checks"):
-                checks = quality.current_check_results(
-                    context, session, lake.warehouse_path, source, table, merged
+                validated = quality.validate_current(
+                    session, lake.warehouse_path, source, table, merged
+                )
+                checks = quality.check_results(
+                    context, validated, lake.warehouse_path, source, [table]
                 )
             return dg.MaterializeResult(metadata=output.metadata, check_results=checks)
 

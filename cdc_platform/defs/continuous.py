@@ -151,14 +151,13 @@ class MicroBatches:
         for output in outputs.changelog(warehouse, source, self.tables, result, new_tables):
             yield from output.materializations(dates)
         with phase("checks"):
-            checks = list(
-                quality.changelog_check_results(
-                    self.context, session, warehouse, source, self.tables, dates,
-                    result.written, batch=f"{quality.batch_label(dates, True)} (continuous)",
-                )
-            )  # fmt: skip
+            label = f"{quality.batch_label(dates, True)} (continuous)"
+            validated = quality.validate_changelogs(
+                session, warehouse, source, self.tables, dates, result.written, label
+            )
+            checks = quality.check_results(self.context, validated, warehouse, source, self.tables)
         yield from (_evaluation(c) for c in checks)
-        blocked = _blocked(checks)
+        blocked = quality.blocked(validated)
         for table in self.tables:
             if asset_key(CHANGELOG, source.name, table.name) in blocked:
                 self.context.log.warning(
@@ -169,9 +168,8 @@ class MicroBatches:
             merged = merge_current(session, warehouse, source.name, table.name, options=table)
             current = outputs.current(session, warehouse, source, table, merged)
             with phase("checks"):
-                checks = quality.current_check_results(
-                    self.context, session, warehouse, source, table, merged
-                )
+                validated = quality.validate_current(session, warehouse, source, table, merged)
+                checks = quality.check_results(self.context, validated, warehouse, source, [table])
             yield from current.materializations([])
             yield from (_evaluation(c) for c in checks)
             if table.history:
@@ -194,12 +192,6 @@ def _evaluation(result: dg.AssetCheckResult) -> dg.AssetCheckEvaluation:
         severity=result.severity,
         description=result.description,
     )
-
-
-def _blocked(checks: list[dg.AssetCheckResult]) -> set[dg.AssetKey]:
-    """The assets with a failed ERROR check (blocking: what depends on them waits)."""
-    error = dg.AssetCheckSeverity.ERROR
-    return {c.asset_key for c in checks if not c.passed and c.severity == error}
 
 
 def _queued_run(instance: dg.DagsterInstance, source: str) -> dg.DagsterRun | None:

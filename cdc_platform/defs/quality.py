@@ -6,7 +6,7 @@ for them to pass (``automation.py``).
 Builders only; ``cdc_tables.py`` passes the specs to its assets and yields the results.
 """
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -98,21 +98,33 @@ def _result(
     )
 
 
+@dataclass
+class Validated:
+    """One suite's validation of an asset (``run`` None: nothing to validate yet, so nothing can
+    be wrong) and how its report page names the batch (None: the run's own)."""
+
+    key: dg.AssetKey
+    layer: str
+    run: SuiteRun | None
+    batch: str | None = None
+
+
 def _publish(
-    context: dg.OpExecutionContext,
-    runs: list[tuple[dg.AssetKey, SuiteRun]],
-    warehouse: Path,
-    batch: str | None = None,
+    context: dg.OpExecutionContext, validated: list[Validated], warehouse: Path
 ) -> dict[str, dg.MetadataValue]:
-    """Data Docs after each validation, each page naming the asset, the run and the batch
-    (``batch``, else the run's); a report that cannot be written never fails the run.
-    Returns each suite's link to its page."""
+    """Data Docs for the validations, in one publish, each page naming the asset, the run and
+    the batch; a report that cannot be written never fails the run. Returns each suite's link
+    to its page."""
     reports = docs.reports_dir(warehouse)
     run_id = context.run.run_id
     subjects = [
-        (run, docs.Subject(asset=key.to_user_string(), batch=batch or run.batch, run_id=run_id))
-        for key, run in runs
-    ]
+        (v.run, docs.Subject(asset=v.key.to_user_string(), batch=v.batch or v.run.batch,
+                             run_id=run_id))
+        for v in validated
+        if v.run is not None
+    ]  # fmt: skip
+    if not subjects:
+        return {}
     try:
         with phase("checks/data_docs"):
             pages = docs.publish(subjects, reports)
@@ -135,8 +147,7 @@ def batch_label(dates: list[str], incremental: bool) -> str:
     return f"{label}, new raw batches" if incremental else label
 
 
-def changelog_check_results(
-    context: dg.OpExecutionContext,
+def validate_changelogs(
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
@@ -144,54 +155,33 @@ def changelog_check_results(
     dates: list[str],
     written: dict[str, list[str]] | None = None,
     batch: str | None = None,
-) -> Iterator[dg.AssetCheckResult]:
+) -> list[Validated]:
     """Validate the change-log partitions ``dates`` of every table and reconcile the source; or,
     for an incremental run, just what it wrote (``written``: table -> the data files it added),
     so a check costs what the run wrote, not the day. ``batch``: how the checks name the batch
     (default: ``dates``)."""
-    runs: list[tuple[dg.AssetKey, SuiteRun | None, str]] = []
-    for t in tables:
-        run = validations.validate_changelog(spark, warehouse, source, t.name, dates, written)
-        runs.append((asset_key(CHANGELOG, source.name, t.name), run, suites.CHANGELOG))
-    run = validations.validate_reconciliation(spark, warehouse, source, dates, written)
-    runs.append((asset_key(QUARANTINE, source.name), run, suites.RECONCILIATION))
     batch = batch or batch_label(dates, written is not None)
-    reports = _publish(context, [(k, r) for k, r, _ in runs if r], warehouse, batch)
-    yield from _results(runs, reports, source, tables)
+    out = [
+        Validated(
+            asset_key(CHANGELOG, source.name, t.name),
+            suites.CHANGELOG,
+            validations.validate_changelog(spark, warehouse, source, t.name, dates, written),
+            batch,
+        )
+        for t in tables
+    ]
+    run = validations.validate_reconciliation(spark, warehouse, source, dates, written)
+    out.append(Validated(asset_key(QUARANTINE, source.name), suites.RECONCILIATION, run, batch))
+    return out
 
 
-def _results(
-    runs: list[tuple[dg.AssetKey, SuiteRun | None, str]],
-    reports: dict[str, dg.MetadataValue],
-    source: SourceConfig,
-    tables: list[TableConfig],
-) -> Iterator[dg.AssetCheckResult]:
-    by_name = {t.name: t for t in tables}
-    for key, run, layer in runs:
-        if run is not None:
-            report = reports.get(run.suite)
-            yield from (_result(key, rule, run, report) for rule in run.rules)
-            continue
-        # Nothing to validate yet (the table or raw is absent): nothing can be wrong.
-        table = by_name.get(key.path[-1]) if len(key.path) == 3 else None
-        for rule, severity in _severities(layer, source, table).items():
-            yield dg.AssetCheckResult(
-                asset_key=key,
-                check_name=rule,
-                passed=True,
-                severity=SEVERITY[severity],
-                metadata={"unexpected_count": 0, "checked_rows": 0},
-            )
-
-
-def current_check_results(
-    context: dg.OpExecutionContext,
+def validate_current(
     spark: SparkSession,
     warehouse: Path,
     source: SourceConfig,
     table: TableConfig,
     merged: MergeResult,
-) -> list[dg.AssetCheckResult]:
+) -> list[Validated]:
     """Validate the current table after a merge (its suite and the merge's row balance)."""
     balance = {
         "live_before": merged.live_before,
@@ -205,7 +195,47 @@ def current_check_results(
     )
     key = asset_key(CURRENT, source.name, table.name)
     if not runs:
-        return list(_results([(key, None, suites.CURRENT), (key, None, suites.CURRENT_ROWS)],
-                             {}, source, [table]))  # fmt: skip
-    reports = _publish(context, [(key, run) for run in runs], warehouse)
-    return [_result(key, rule, run, reports.get(run.suite)) for run in runs for rule in run.rules]
+        return [Validated(key, suites.CURRENT, None), Validated(key, suites.CURRENT_ROWS, None)]
+    return [Validated(key, run.suite.split(".")[0], run) for run in runs]
+
+
+def check_results(
+    context: dg.OpExecutionContext,
+    validated: list[Validated],
+    warehouse: Path,
+    source: SourceConfig,
+    tables: list[TableConfig],
+) -> list[dg.AssetCheckResult]:
+    """One check result per rule of each validation, linking its report page (all published at
+    once: a publish costs about the same for one validation as for several)."""
+    reports = _publish(context, validated, warehouse)
+    by_name = {t.name: t for t in tables}
+    results = []
+    for v in validated:
+        if v.run is not None:
+            report = reports.get(v.run.suite)
+            results += [_result(v.key, rule, v.run, report) for rule in v.run.rules]
+            continue
+        table = by_name.get(v.key.path[-1]) if len(v.key.path) == 3 else None
+        results += [
+            dg.AssetCheckResult(
+                asset_key=v.key,
+                check_name=rule,
+                passed=True,
+                severity=SEVERITY[severity],
+                metadata={"unexpected_count": 0, "checked_rows": 0},
+            )
+            for rule, severity in _severities(v.layer, source, table).items()
+        ]
+    return results
+
+
+def blocked(validated: list[Validated]) -> set[dg.AssetKey]:
+    """The assets with a failed ERROR rule (blocking: what depends on them waits)."""
+    return {
+        v.key
+        for v in validated
+        if v.run is not None
+        for rule in v.run.rules
+        if not rule.success and rule.severity == suites.ERROR
+    }

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 
 from cdc_platform.quality.suites import Suite
 from cdc_platform.spark.session import PERSIST_LEVEL
+from cdc_platform.timings import phase
 
 PANDAS_MAX_ROWS = 200_000
 SAMPLE_ROWS = 10
@@ -156,7 +157,8 @@ def validate(
         engine, rows = "pandas", len(frame)
     elif engine in ("auto", "pandas"):
         limit = PANDAS_MAX_ROWS + 1 if engine == "auto" else None
-        arrow = (frame.limit(limit) if limit else frame).toArrow()
+        with phase("checks/frame"):
+            arrow = (frame.limit(limit) if limit else frame).toArrow()
         if limit is None or arrow.num_rows < limit:
             # object columns for integers with nulls: samples keep 7, not 7.0
             data = arrow.to_pandas(integer_object_nulls=True)
@@ -177,18 +179,21 @@ def validate(
         definition = _definition(engine, expectations)
         from great_expectations.core.run_identifier import RunIdentifier
 
-        result = definition.run(
-            run_id=RunIdentifier(run_name=batch),  # the run's name in the Data Docs
-            batch_parameters={"dataframe": data},
-            expectation_parameters={
-                k: _for_engine(v, engine) for k, v in (parameters or {}).items()
-            },
-            result_format={
-                "result_format": "SUMMARY",
-                "partial_unexpected_count": SAMPLE_ROWS,
-                "unexpected_index_column_names": [c for c in index_columns if c in frame.columns],
-            },
-        )
+        with phase(f"checks/gx_{engine}"):
+            result = definition.run(
+                run_id=RunIdentifier(run_name=batch),  # the run's name in the Data Docs
+                batch_parameters={"dataframe": data},
+                expectation_parameters={
+                    k: _for_engine(v, engine) for k, v in (parameters or {}).items()
+                },
+                result_format={
+                    "result_format": "SUMMARY",
+                    "partial_unexpected_count": SAMPLE_ROWS,
+                    "unexpected_index_column_names": [
+                        c for c in index_columns if c in frame.columns
+                    ],
+                },
+            )
     finally:
         if cached:
             data.unpersist()
