@@ -569,6 +569,29 @@ class SparkConfig(_Strict):
         return self.model_copy(update=update)
 
 
+class ModelsConfig(_Strict):
+    """How the SQL models (dbt_like_models) follow the tables they read."""
+
+    rebuild_cron: str | None = Field(
+        None,
+        description="rebuild a model at most once per tick of this cron schedule (UTC): at the "
+        "first look after a tick once an input has updated; none: after every update. A "
+        "continuous source updates its tables every few seconds; this spaces the rebuilds",
+    )
+
+    @field_validator("rebuild_cron")
+    @classmethod
+    def _valid_cron(cls, v: str | None) -> str | None:
+        if v is not None:
+            import dagster as dg  # only then: the CLI's other commands need no Dagster
+
+            try:
+                dg.AutomationCondition.cron_tick_passed(v)
+            except Exception:
+                raise ValueError(f"not a cron schedule: {v!r}") from None
+        return v
+
+
 class Catalog(_Strict):
     """The whole sources file."""
 
@@ -580,6 +603,9 @@ class Catalog(_Strict):
     )
     spark: SparkConfig = Field(default_factory=SparkConfig, description="where Spark runs")
     sources: list[SourceConfig] = Field(description="the sources and their tables")
+    models: ModelsConfig = Field(
+        default_factory=ModelsConfig, description="how the SQL models follow their inputs"
+    )
     base_dir: Path = Field(Path("."), exclude=True)
 
     @model_validator(mode="after")

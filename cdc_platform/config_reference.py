@@ -15,6 +15,7 @@ from cdc_platform.catalog import (
     Catalog,
     ContinuousConfig,
     KafkaConfig,
+    ModelsConfig,
     QualityConfig,
     SchemaRegistryConfig,
     SourceConfig,
@@ -26,6 +27,7 @@ from cdc_platform.catalog import (
 BLOCKS: list[tuple[type[BaseModel], str]] = [
     (Catalog, "the file"),
     (SparkConfig, "`spark`"),
+    (ModelsConfig, "`models`"),
     (SourceConfig, "`sources[]`"),
     (KafkaConfig, "`sources[].kafka`"),
     (SchemaRegistryConfig, "`sources[].schema_registry`"),

@@ -36,6 +36,15 @@ REBUILD_WHEN_INPUTS_UPDATE = (
 )
 
 
+def rebuild_condition(cron: str | None) -> dg.AutomationCondition:
+    """``REBUILD_WHEN_INPUTS_UPDATE``, with ``cron`` (``models.rebuild_cron``) at most once per
+    tick of it: a tick must have passed since the model was last requested or built."""
+    if cron is None:
+        return REBUILD_WHEN_INPUTS_UPDATE
+    spaced = dg.AutomationCondition.cron_tick_passed(cron).since_last_handled()
+    return REBUILD_WHEN_INPUTS_UPDATE & spaced.with_label(f"at most once per tick of {cron}")
+
+
 class ModelBuildConfig(dg.Config):
     full_refresh: bool = False
     """Rebuild an incremental model from all rows instead of merging the changed ones."""
@@ -58,7 +67,9 @@ def _column_schema(model: Model, schema: object | None = None) -> dg.TableSchema
     )
 
 
-def build_model_asset(project: Project, model: Model) -> dg.AssetsDefinition:
+def build_model_asset(
+    project: Project, model: Model, rebuild: dg.AutomationCondition
+) -> dg.AssetsDefinition:
     view = model.materialized == "view"
     description = (model.description or f"SQL model {model.name}.").strip()
     config = f"materialized: {model.materialized}"
@@ -72,7 +83,7 @@ def build_model_asset(project: Project, model: Model) -> dg.AssetsDefinition:
         deps=[dg.AssetKey(r.key_path) for r in model.inputs],
         group_name=GROUP,
         kinds={"spark", "sql"} if view else {"spark", "delta"},
-        automation_condition=REBUILD_WHEN_INPUTS_UPDATE,
+        automation_condition=rebuild,
         code_version=model.code_version,
         description=f"{description}\n\n`{display_path(model.path)}` ({config})",
         metadata={"dagster/column_schema": _column_schema(model)} if model.columns else None,
@@ -151,7 +162,8 @@ def build_models_defs(catalog: Catalog) -> dg.Definitions:
     """One asset per model of the catalog's ``dbt_like_models`` folder, its checks, and the
     automation sensor of the models."""
     project = load_project(default_models_dir(catalog.base_dir), catalog_tables(catalog))
-    assets = [build_model_asset(project, m) for m in project.models.values()]
+    rebuild = rebuild_condition(catalog.models.rebuild_cron)
+    assets = [build_model_asset(project, m, rebuild) for m in project.models.values()]
     sensors = []
     if assets:
         sensors.append(

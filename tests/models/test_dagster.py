@@ -1,15 +1,23 @@
 """The models as Dagster assets and asset checks: lineage, automation, materialization."""
 
+import datetime as dt
+
 import dagster as dg
 import pytest
 
 from cdc_platform import lake
+from cdc_platform.catalog import Catalog, ModelsConfig
 from cdc_platform.defs.keys import model_key
-from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs
+from cdc_platform.defs.models import build_models_defs, rebuild_condition
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.steps.current import current_rows
 
 pytestmark = pytest.mark.spark
+
+
+def _every_update(catalog: Catalog) -> Catalog:
+    """The catalog with its models rebuilt after every update (no ``models.rebuild_cron``)."""
+    return catalog.model_copy(update={"models": ModelsConfig()})
 
 
 @pytest.fixture
@@ -20,7 +28,7 @@ def model_defs(catalog, warehouse_copy, monkeypatch) -> dg.Definitions:
     )
 
 
-def test_models_are_assets_with_lineage_from_their_refs_and_rebuild_on_updates(model_defs):
+def test_models_are_assets_with_lineage_from_their_refs_and_rebuild_on_updates(catalog, model_defs):
     graph = model_defs.resolve_asset_graph()
     totals = graph.get(model_key("customer_order_totals"))
     assert set(totals.parent_keys) == {
@@ -30,8 +38,8 @@ def test_models_are_assets_with_lineage_from_their_refs_and_rebuild_on_updates(m
     assert set(graph.get(model_key("big_spenders")).parent_keys) == {totals.key}
     changes = graph.get(model_key("daily_changes"))
     assert dg.AssetKey(["changelog", "lindorm", "users"]) in changes.parent_keys
-    assert (
-        totals.group_name == "models" and totals.automation_condition == REBUILD_WHEN_INPUTS_UPDATE
+    assert totals.group_name == "models" and totals.automation_condition == rebuild_condition(
+        catalog.models.rebuild_cron
     )
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert "models/order_facts:customer_id__relationships" in checks
@@ -84,7 +92,8 @@ def test_automation_builds_a_model_when_an_input_updates_then_its_checks(
 ):
     monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
     defs = dg.Definitions.merge(
-        build_models_defs(catalog), dg.Definitions(resources=build_resources(catalog))
+        build_models_defs(_every_update(catalog)),
+        dg.Definitions(resources=build_resources(catalog)),
     )
     with dg.instance_for_test() as instance:
         first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
@@ -102,3 +111,45 @@ def test_automation_builds_a_model_when_an_input_updates_then_its_checks(
         }  # fmt: skip
         assert "models/customer_order_totals:customer_id__unique" in requested(second)
         assert "models/order_facts:size__accepted_values" in requested(second)
+
+
+def test_with_a_rebuild_cron_a_model_is_rebuilt_at_most_once_per_tick(
+    catalog, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "warehouse"))
+    spaced = catalog.model_copy(update={"models": ModelsConfig(rebuild_cron="*/2 * * * *")})
+    defs = dg.Definitions.merge(
+        build_models_defs(spaced), dg.Definitions(resources=build_resources(catalog))
+    )
+    totals = model_key("customer_order_totals")
+    orders = dg.AssetKey(["current", "shop", "orders"])
+    # Looks after the events they see (the events carry the clock's time): from 30 s past the
+    # next 10-minute mark on.
+    now = dt.datetime.now(dt.UTC)
+    at = now.replace(minute=now.minute - now.minute % 10, second=30, microsecond=0)
+    at += dt.timedelta(minutes=10)
+    with dg.instance_for_test() as instance:
+
+        def evaluate(seconds: float, cursor=None):
+            when = at + dt.timedelta(seconds=seconds)
+            return dg.evaluate_automation_conditions(
+                defs=defs, instance=instance, evaluation_time=when, cursor=cursor
+            )
+
+        def update(key: dg.AssetKey) -> None:
+            instance.report_runless_asset_event(dg.AssetMaterialization(key))
+
+        looks = [evaluate(0)]
+        update(orders)
+        looks.append(evaluate(10, looks[-1].cursor))  # 0:40 past the mark: no tick yet
+        looks.append(evaluate(95, looks[-1].cursor))  # 2:05: the 2:00 tick passed
+        update(totals)  # built
+        looks.append(evaluate(110, looks[-1].cursor))  # 2:20
+        update(orders)  # and its input updated again
+        looks.append(evaluate(130, looks[-1].cursor))  # 2:40: not again before 4:00
+        looks.append(evaluate(215, looks[-1].cursor))  # 4:05
+        assert [totals.to_user_string() in requested(r) for r in looks] == [
+            False, False, True, False, False, True
+        ]  # fmt: skip
+        looks.append(evaluate(335, looks[-1].cursor))  # 6:05: a tick, but nothing new
+        assert totals.to_user_string() not in requested(looks[-1])

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from cdc_platform.catalog import QualityConfig, load_catalog
+from cdc_platform.catalog import ModelsConfig, QualityConfig, load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.keys import model_key
 from cdc_platform.defs.models import REBUILD_WHEN_INPUTS_UPDATE, build_models_defs
@@ -51,7 +51,12 @@ def _defs(catalog, quality: QualityConfig | None = None, models: bool = False) -
         shop = shop.model_copy(update={"tables": tables})
     return dg.Definitions.merge(
         build_source_defs(shop, catalog),
-        *([build_models_defs(catalog)] if models else []),
+        # Models after every update, as without models.rebuild_cron (the demo spaces them).
+        *(
+            [build_models_defs(catalog.model_copy(update={"models": ModelsConfig()}))]
+            if models
+            else []
+        ),
         dg.Definitions(resources=build_resources(catalog)),
     )
 
