@@ -36,13 +36,18 @@ REBUILD_WHEN_INPUTS_UPDATE = (
 )
 
 
-def rebuild_condition(cron: str | None) -> dg.AutomationCondition:
-    """``REBUILD_WHEN_INPUTS_UPDATE``, with ``cron`` (``models.rebuild_cron``) at most once per
-    tick of it: a tick must have passed since the model was last requested or built."""
+def _spaced(condition: dg.AutomationCondition, cron: str | None) -> dg.AutomationCondition:
+    """``condition``, with ``cron`` (``models.rebuild_cron``) at most once per tick of it: a
+    tick must have passed since the model (or check) was last requested or built."""
     if cron is None:
-        return REBUILD_WHEN_INPUTS_UPDATE
-    spaced = dg.AutomationCondition.cron_tick_passed(cron).since_last_handled()
-    return REBUILD_WHEN_INPUTS_UPDATE & spaced.with_label(f"at most once per tick of {cron}")
+        return condition
+    tick = dg.AutomationCondition.cron_tick_passed(cron).since_last_handled()
+    return condition & tick.with_label(f"at most once per tick of {cron}")
+
+
+def rebuild_condition(cron: str | None) -> dg.AutomationCondition:
+    """When a model is rebuilt: after an input updated, at most once per tick of ``cron``."""
+    return _spaced(REBUILD_WHEN_INPUTS_UPDATE, cron)
 
 
 class ModelBuildConfig(dg.Config):
@@ -118,7 +123,11 @@ def build_model_asset(
     return sql_model
 
 
-def build_model_checks(project: Project, model: Model) -> dg.AssetChecksDefinition:
+def build_model_checks(
+    project: Project, model: Model, cron: str | None
+) -> dg.AssetChecksDefinition:
+    """The model's tests as checks. A test of a relationship to another table also runs when
+    that table updates, spaced like the model's rebuilds (``cron``)."""
     key = model_key(model.name)
     specs = [
         dg.AssetCheckSpec(
@@ -127,7 +136,7 @@ def build_model_checks(project: Project, model: Model) -> dg.AssetChecksDefiniti
             description=f"{t.kind} on column {t.column}"
             + (f" ({t.severity})" if t.severity == "warn" else ""),
             additional_deps=[dg.AssetKey(t.to.key_path)] if t.to else None,
-            automation_condition=dg.AutomationCondition.eager(),
+            automation_condition=_spaced(dg.AutomationCondition.eager(), cron),
         )
         for t in model.tests
     ]
@@ -176,6 +185,10 @@ def build_models_defs(catalog: Catalog) -> dg.Definitions:
         )
     return dg.Definitions(
         assets=assets,
-        asset_checks=[build_model_checks(project, m) for m in project.models.values() if m.tests],
+        asset_checks=[
+            build_model_checks(project, m, catalog.models.rebuild_cron)
+            for m in project.models.values()
+            if m.tests
+        ],
         sensors=sensors,
     )

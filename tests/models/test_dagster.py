@@ -145,11 +145,18 @@ def test_with_a_rebuild_cron_a_model_is_rebuilt_at_most_once_per_tick(
         looks.append(evaluate(95, looks[-1].cursor))  # 2:05: the 2:00 tick passed
         update(totals)  # built
         looks.append(evaluate(110, looks[-1].cursor))  # 2:20
-        update(orders)  # and its input updated again
+        update(orders)  # and its input updated again, and the table a test relates to
+        update(dg.AssetKey(["current", "shop", "customers"]))
         looks.append(evaluate(130, looks[-1].cursor))  # 2:40: not again before 4:00
         looks.append(evaluate(215, looks[-1].cursor))  # 4:05
         assert [totals.to_user_string() in requested(r) for r in looks] == [
             False, False, True, False, False, True
         ]  # fmt: skip
+        # Between ticks no model is rebuilt. A test of a relationship to another table runs when
+        # that table updates, also at most once per tick: at 2:40 for the first time since 2:00.
+        assert requested(looks[1]) == set()
+        relationship = "models/customer_order_totals:customer_id__relationships"
+        assert relationship not in requested(looks[2])
+        assert requested(looks[4]) == {relationship}
         looks.append(evaluate(335, looks[-1].cursor))  # 6:05: a tick, but nothing new
         assert totals.to_user_string() not in requested(looks[-1])
