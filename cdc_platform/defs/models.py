@@ -72,9 +72,7 @@ def _column_schema(model: Model, schema: object | None = None) -> dg.TableSchema
     )
 
 
-def build_model_asset(
-    project: Project, model: Model, rebuild: dg.AutomationCondition
-) -> dg.AssetsDefinition:
+def build_model_asset(project: Project, model: Model, cron: str | None) -> dg.AssetsDefinition:
     view = model.materialized == "view"
     description = (model.description or f"SQL model {model.name}.").strip()
     config = f"materialized: {model.materialized}"
@@ -88,7 +86,7 @@ def build_model_asset(
         deps=[dg.AssetKey(r.key_path) for r in model.inputs],
         group_name=GROUP,
         kinds={"spark", "sql"} if view else {"spark", "delta"},
-        automation_condition=rebuild,
+        automation_condition=rebuild_condition(cron),
         code_version=model.code_version,
         description=f"{description}\n\n`{display_path(model.path)}` ({config})",
         metadata={"dagster/column_schema": _column_schema(model)} if model.columns else None,
@@ -171,8 +169,8 @@ def build_models_defs(catalog: Catalog) -> dg.Definitions:
     """One asset per model of the catalog's ``dbt_like_models`` folder, its checks, and the
     automation sensor of the models."""
     project = load_project(default_models_dir(catalog.base_dir), catalog_tables(catalog))
-    rebuild = rebuild_condition(catalog.models.rebuild_cron)
-    assets = [build_model_asset(project, m, rebuild) for m in project.models.values()]
+    cron = catalog.models.rebuild_cron
+    assets = [build_model_asset(project, m, cron) for m in project.models.values()]
     sensors = []
     if assets:
         sensors.append(
@@ -186,9 +184,7 @@ def build_models_defs(catalog: Catalog) -> dg.Definitions:
     return dg.Definitions(
         assets=assets,
         asset_checks=[
-            build_model_checks(project, m, catalog.models.rebuild_cron)
-            for m in project.models.values()
-            if m.tests
+            build_model_checks(project, m, cron) for m in project.models.values() if m.tests
         ],
         sensors=sensors,
     )
