@@ -139,7 +139,22 @@ class MicroBatches:
 
     def process(self, raw: outputs.Output | None, dates: list[str]) -> Iterator[Event]:
         """The change log of the new raw batches (and of any a failed run left), its checks,
-        then each table's current and history unless its change log failed a blocking check."""
+        then each table's current and history unless its change log failed a blocking check.
+        The micro-batch's check results come at its end, with one Data Docs publish for all
+        its validations; also when a step fails, for those done before it."""
+        validated: list[quality.Validated] = []
+        try:
+            yield from self._steps(raw, dates, validated)
+        except Exception:
+            yield from self._check_results(validated)
+            raise
+        yield from self._check_results(validated)
+
+    def _steps(
+        self, raw: outputs.Output | None, dates: list[str], validated: list[quality.Validated]
+    ) -> Iterator[dg.AssetMaterialization]:
+        """The micro-batch's steps and their materializations; its validations go to
+        ``validated``."""
         warehouse, source, session = self.lake.warehouse_path, self.source, self.spark_session
         dates = dates or [today().isoformat()]
         if raw is not None:
@@ -152,12 +167,11 @@ class MicroBatches:
             yield from output.materializations(dates)
         with phase("checks"):
             label = f"{quality.batch_label(dates, True)} (continuous)"
-            validated = quality.validate_changelogs(
+            changelogs = quality.validate_changelogs(
                 session, warehouse, source, self.tables, dates, result.written, label
             )
-            checks = quality.check_results(self.context, validated, warehouse, source, self.tables)
-        yield from (_evaluation(c) for c in checks)
-        blocked = quality.blocked(validated)
+        validated += changelogs
+        blocked = quality.blocked(changelogs)
         for table in self.tables:
             if asset_key(CHANGELOG, source.name, table.name) in blocked:
                 self.context.log.warning(
@@ -168,13 +182,21 @@ class MicroBatches:
             merged = merge_current(session, warehouse, source.name, table.name, options=table)
             current = outputs.current(session, warehouse, source, table, merged)
             with phase("checks"):
-                validated = quality.validate_current(session, warehouse, source, table, merged)
-                checks = quality.check_results(self.context, validated, warehouse, source, [table])
+                validated += quality.validate_current(session, warehouse, source, table, merged)
             yield from current.materializations([])
-            yield from (_evaluation(c) for c in checks)
             if table.history:
                 built = update_history(session, warehouse, source.name, table)
                 yield from outputs.history(source, table, built).materializations([])
+
+    def _check_results(self, validated: list[quality.Validated]) -> Iterator[Event]:
+        if not validated:
+            return
+        with phase("checks"):
+            warehouse = self.lake.warehouse_path
+            checks = quality.check_results(
+                self.context, validated, warehouse, self.source, self.tables
+            )
+        yield from (_evaluation(c) for c in checks)
 
     @property
     def spark_session(self) -> SparkSession:

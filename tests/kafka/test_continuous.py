@@ -26,6 +26,7 @@ from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.defs.runs import source_tags
 from cdc_platform.ingest import kafka
+from cdc_platform.quality import docs
 from cdc_platform.steps.progress import unfinished
 from tests.kafka.test_kafka_in_dagster import CORPUS_FILE, _catalog, _current, _lines
 from tests.kafka.test_kafka_ingest import _produce, _topic
@@ -211,6 +212,48 @@ def test_a_blocking_check_keeps_its_table_unmerged(spark, shop_catalog):  # noqa
     assert "changelog/shop/customers" in materialized
     assert "current/shop/customers" not in materialized  # written, not merged
     assert {"current/shop/orders", "raw/shop"} <= materialized
+
+
+def test_a_micro_batch_reports_its_checks_at_its_end_with_one_publish(
+    shop_catalog,  # noqa: F811
+    monkeypatch,
+):
+    published: list[list[str]] = []
+    publish = docs.publish
+
+    def counted(runs, reports, rebuild=False):
+        validations = [run.suite.split(".")[0] for run, _ in runs if run.result is not None]
+        published.append(sorted(validations))
+        return publish(runs, reports, rebuild)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the merge broke")
+
+    monkeypatch.setattr(docs, "publish", counted)
+    source = _continuous(shop_catalog.source("shop"), minutes=0.001)  # one micro-batch
+    job = _defs(shop_catalog, source).resolve_job_def("shop__continuous")
+
+    def run() -> tuple[dg.ExecuteInProcessResult, set[str]]:
+        published.clear()
+        with dg.instance_for_test() as instance:
+            result = job.execute_in_process(instance=instance, raise_on_error=False)
+        return result, {c.asset_key.to_user_string() for c in result.get_asset_check_evaluations()}
+
+    # A step failing after the change logs' checks: the run fails, and those checks are still
+    # reported and published.
+    with monkeypatch.context() as patch:
+        patch.setattr(continuous, "merge_current", broken)
+        result, checked = run()
+    assert not result.success
+    assert checked == {"changelog/shop/customers", "changelog/shop/orders", "quarantine/shop"}
+    assert published == [["changelog", "changelog", "reconciliation"]]
+
+    # The next run merges what it left (nothing new to validate in the change logs); the
+    # current tables' checks, one publish.
+    result, checked = run()
+    assert result.success
+    assert checked >= {"current/shop/customers", "current/shop/orders"}
+    assert published == [["current", "current", "current_rows", "current_rows"]]
 
 
 def test_the_sensor_keeps_one_run_going(kafka_bootstrap, tmp_path, expected, monkeypatch):
