@@ -1,0 +1,113 @@
+"""How many Spark jobs a small micro-batch runs, and in which step: the fixed cost of a
+continuous run's micro-batch is mostly jobs over a few dozen rows.
+
+It runs the demo catalog's continuous job of one source (`shop` by default: two tables, one
+with history) in this process on a local Spark, one micro-batch per batch of demo traffic, and
+counts the Spark jobs each step started (Spark's status tracker; with adaptive query execution
+each shuffle stage is a job of its own). The first micro-batch also pays for imports and code
+generation: the median is over the others.
+
+    .venv/bin/python bench/micro_batch_jobs.py [--source shop] [--batches 6]
+"""
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", default="shop", help="a landing source of sources.yaml")
+    parser.add_argument("--batches", type=int, default=6)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="micro-batch-jobs-"))
+    os.environ.update(
+        CDC_WAREHOUSE=str(work / "warehouse"),
+        CDC_LANDING=str(work / "landing"),
+        CDC_REPORTS=str(work / "reports"),
+    )
+    import dagster as dg
+
+    from cdc_platform.catalog import ContinuousConfig, load_catalog
+    from cdc_platform.defs import continuous
+    from cdc_platform.defs.cdc_tables import build_source_defs
+    from cdc_platform.defs.resources import build_resources
+    from cdc_platform.demo import write_demo_traffic
+    from cdc_platform.spark.session import get_spark
+
+    catalog = load_catalog(ROOT / "sources.yaml")
+    source = catalog.source(args.source)
+    if catalog.spark.remote:
+        sys.exit("the jobs are counted on a local Spark: unset the Spark Connect address")
+    if source.transport != "files":
+        sys.exit(f"source {args.source}: a landing-file source is needed (demo traffic)")
+    # A run that ends after one micro-batch.
+    source = source.model_copy(update={"continuous": ContinuousConfig(run_minutes=0.001)})
+    defs = dg.Definitions.merge(
+        build_source_defs(source, catalog),
+        dg.Definitions(resources=build_resources(catalog), executor=dg.in_process_executor),
+    )
+    job = defs.resolve_job_def(f"{args.source}__continuous")
+    tracker = get_spark(catalog.spark.master).sparkContext.statusTracker()
+
+    def jobs() -> int:
+        return len(tracker.getJobIdsForGroup(None))
+
+    by_step: Counter[str] = Counter()
+
+    def counted(module: object, name: str, step: str) -> None:
+        function = getattr(module, name)
+
+        def wrapper(*a: object, **k: object) -> object:
+            before = jobs()
+            try:
+                return function(*a, **k)
+            finally:
+                by_step[step] += jobs() - before
+
+        setattr(module, name, wrapper)
+
+    counted(continuous, "normalize_new", "normalize (all outputs)")
+    counted(continuous.quality, "validate_changelogs", "checks: change logs, reconciliation")
+    counted(continuous, "merge_current", "merge into current")
+    counted(continuous.outputs, "current", "current's metadata")
+    counted(continuous.quality, "validate_current", "checks: current")
+    counted(continuous, "update_history", "history")
+    counted(continuous.outputs, "changelog", "change logs' metadata")
+
+    day = dt.date.today().isoformat()
+    totals, seconds, steps = [], [], []
+    for batch in range(args.batches):
+        write_demo_traffic(catalog.landing_path, batch=batch, date=day)
+        by_step.clear()
+        before, started = jobs(), time.monotonic()
+        with dg.instance_for_test() as instance:
+            assert job.execute_in_process(instance=instance).success
+        totals.append(jobs() - before)
+        seconds.append(time.monotonic() - started)
+        steps.append(dict(by_step))
+        print(f"micro-batch {batch}: {totals[-1]} Spark jobs, {seconds[-1]:.1f} s", flush=True)
+    if args.batches < 2:
+        return
+    later = steps[1:]
+    rest = [t - sum(d.values()) for t, d in zip(totals[1:], later, strict=True)]
+    print(f"\nmedian of micro-batches 1-{args.batches - 1} ({args.source}):")
+    print(
+        f"  {statistics.median(totals[1:]):.0f} Spark jobs, {statistics.median(seconds[1:]):.1f} s"
+    )
+    for step in dict.fromkeys(s for d in later for s in d):
+        print(f"  {statistics.median(d.get(step, 0) for d in later):4.0f}  {step}")
+    print(f"  {statistics.median(rest):4.0f}  the rest")
+
+
+if __name__ == "__main__":
+    main()
