@@ -173,8 +173,8 @@ def validate(
 
         expectations = gx_suite(suite, name, key)
         # Batch.validate, not a ValidationDefinition: that one would add the suite and itself
-        # to the context's stores and check both are fresh on every run (about half of a small
-        # validation's time); the results are stored by the Data Docs (``docs.publish``).
+        # to the context's stores, check both are fresh, and keep each result in memory for
+        # the life of the process. The Data Docs store the results (``docs.publish``).
         with phase(f"checks/gx_{engine}"):
             result = _batch(engine, data).validate(
                 expectations,
