@@ -156,6 +156,7 @@ def current_frame(
     uri = lake.TableRef(lake.CURRENT, source, table).uri(warehouse)
     if not lake.exists(uri):
         return None
+    unkeyed = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in key])
     if written is None:
         df = lake.read(spark, uri)
     else:
@@ -165,16 +166,14 @@ def current_frame(
             changed = lake.read(spark, log, only_files=changes).where(F.col("key").isNotNull())
             keys = changed.select(*[F.col("key")[k].alias(k) for k in key]).distinct()
             # Rows with a null key part stay too: they are what pk_not_null looks for.
-            unkeyed = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in key])
             df = (
                 df.join(keys.withColumn("__changed", F.lit(True)), key, "left")
                 .where(F.col("__changed").isNotNull() | unkeyed)
                 .drop("__changed")
             )
     # A key is exposed when it has a live row; a key with a null part never is (as a join on
-    # the key would say). A window over the key, not a self-join: one shuffle, not three.
+    # the key would say). A window over the key, not a distinct and a join: one shuffle.
     live = F.max((~F.col(C.DELETED_COL)).cast("int")).over(Window.partitionBy(*key)) == 1
-    unkeyed = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in key])
     return df.select(
         *key,
         C.SEQUENCE_COL,
