@@ -4,8 +4,8 @@ continuous run's micro-batch is mostly jobs over a few dozen rows.
 It runs the demo catalog's continuous job of one source (`shop` by default: two tables, one
 with history) in this process on a local Spark, one micro-batch per batch of demo traffic, and
 counts the Spark jobs each step started (Spark's status tracker; with adaptive query execution
-each shuffle stage is a job of its own). The first micro-batch also pays for imports and code
-generation: the median is over the others.
+each shuffle stage is a job of its own) and the seconds it took. The first micro-batch also pays
+for imports and code generation: the median is over the others.
 
     .venv/bin/python bench/micro_batch_jobs.py [--source shop] [--batches 6]
 """
@@ -63,16 +63,18 @@ def main() -> None:
         return len(tracker.getJobIdsForGroup(None))
 
     by_step: Counter[str] = Counter()
+    seconds_by_step: Counter[str] = Counter()
 
     def counted(module: object, name: str, step: str) -> None:
         function = getattr(module, name)
 
         def wrapper(*a: object, **k: object) -> object:
-            before = jobs()
+            before, started = jobs(), time.monotonic()
             try:
                 return function(*a, **k)
             finally:
                 by_step[step] += jobs() - before
+                seconds_by_step[step] += time.monotonic() - started
 
         setattr(module, name, wrapper)
 
@@ -85,28 +87,33 @@ def main() -> None:
     counted(continuous.outputs, "changelog", "change logs' metadata")
 
     day = dt.date.today().isoformat()
-    totals, seconds, steps = [], [], []
+    totals, seconds, steps, step_seconds = [], [], [], []
     for batch in range(args.batches):
         write_demo_traffic(catalog.landing_path, batch=batch, date=day)
         by_step.clear()
+        seconds_by_step.clear()
         before, started = jobs(), time.monotonic()
         with dg.instance_for_test() as instance:
             assert job.execute_in_process(instance=instance).success
         totals.append(jobs() - before)
         seconds.append(time.monotonic() - started)
         steps.append(dict(by_step))
+        step_seconds.append(dict(seconds_by_step))
         print(f"micro-batch {batch}: {totals[-1]} Spark jobs, {seconds[-1]:.1f} s", flush=True)
     if args.batches < 2:
         return
-    later = steps[1:]
+    later, later_seconds = steps[1:], step_seconds[1:]
     rest = [t - sum(d.values()) for t, d in zip(totals[1:], later, strict=True)]
     print(f"\nmedian of micro-batches 1-{args.batches - 1} ({args.source}):")
     print(
         f"  {statistics.median(totals[1:]):.0f} Spark jobs, {statistics.median(seconds[1:]):.1f} s"
     )
+    print("  jobs  seconds  step")
     for step in dict.fromkeys(s for d in later for s in d):
-        print(f"  {statistics.median(d.get(step, 0) for d in later):4.0f}  {step}")
-    print(f"  {statistics.median(rest):4.0f}  the rest")
+        jobs_ = statistics.median(d.get(step, 0) for d in later)
+        secs = statistics.median(d.get(step, 0.0) for d in later_seconds)
+        print(f"  {jobs_:4.0f}  {secs:7.2f}  {step}")
+    print(f"  {statistics.median(rest):4.0f}           the rest")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ files) is retried from the start on the new snapshot: nothing it decided on stal
 kept.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -39,12 +40,53 @@ REBUILT = "__rebuilt"
 DROP = "__drop"
 _ACTION = "__action"
 _WAS_FLAGGED = "__was_flagged"
+_FLAG = "__flag"
 _ATTEMPTS = 3
 # Each run that inserts keys writes them to a file of their own: a day of small runs would
 # leave thousands of tiny files, and every read that lists them (a Spark read lists its files)
 # would cost more with each. A rewrite folds the small files in once there are this many.
 COMPACT_AT = 32
 SMALL_FILE_FRACTION = 8  # a file under ROWS_PER_FILE / 8 rows is small
+# A batch of at most this many rows is sent whole to every task that reads a file of the table:
+# each task then rewrites the file it read, sorted within it, and the table is neither shuffled
+# nor sorted. A larger batch is joined with the table's rows by a shuffle of both, and the rows
+# written are range-sorted anew.
+BROADCAST_ROWS = 200_000
+# ...when the files that may hold its keys have more rows than this: fewer are shuffled at less
+# cost than the by-file merge's extra Spark jobs (a broadcast each).
+BY_FILE_ABOVE_ROWS = 100_000
+
+
+def broadcastable(batch_rows: int | None, table_rows: int) -> bool:
+    """Whether a batch of ``batch_rows`` rows (None: unknown) is merged file by file into files
+    of ``table_rows`` rows."""
+    if batch_rows is None:
+        return False
+    return batch_rows <= BROADCAST_ROWS and table_rows > BY_FILE_ABOVE_ROWS
+
+
+# Spark's file packing turned off: a file is never split, and a task reads one file only.
+_ONE_FILE_A_TASK = {
+    "spark.sql.files.maxPartitionBytes": str(1 << 40),
+    "spark.sql.files.openCostInBytes": str(1 << 40),
+}
+
+
+@contextmanager
+def one_file_a_task(spark: SparkSession) -> Iterator[None]:
+    """Within the block, every read of data files plans a task per file (frames persisted here
+    keep that partitioning): rows of one file stay together without a shuffle."""
+    before = {k: spark.conf.get(k, None) for k in _ONE_FILE_A_TASK}
+    for k, v in _ONE_FILE_A_TASK.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column: str) -> list[str]:
@@ -82,16 +124,21 @@ def _retrying(run):
 
 @dataclass(frozen=True)
 class Candidates:
-    """The files of one version of a table that may hold some keys (``candidate_files``):
-    found once, read by every step of a merge that needs the rows of those keys."""
+    """The files of one version of a table that may hold some keys (``candidate_files``), and
+    their rows: found once, read by every step of a merge that needs the rows of those keys."""
 
     version: int
     files: list[str]
+    rows: int
 
 
 def candidates(spark: SparkSession, uri: str, keys: DataFrame, key: list[str]) -> Candidates:
     dt = DeltaTable(uri)
-    return Candidates(dt.version(), candidate_files(spark, dt, keys, key[0]))
+    files = candidate_files(spark, dt, keys, key[0])
+    sizes = add_actions(dt).select(["path", "num_records"]).to_pylist()
+    wanted = set(files)
+    rows = sum(a["num_records"] or 0 for a in sizes if a["path"] in wanted)
+    return Candidates(dt.version(), files, rows)
 
 
 def _targets(
@@ -173,12 +220,18 @@ def _rewrite(
     rewritten: set[str],
     key: list[str],
     state: TableState | None,
-    rows_hint: int,
+    rows_hint: int | None,
     compact: bool,
+    kept: DataFrame | None = None,
 ) -> int:
     """Write ``rows`` (sorted by key) and commit them with the removes of ``rewritten``. With
     ``compact``, the table's small files (``small_files``) are rewritten with them, unchanged,
-    into files of ``ROWS_PER_FILE`` rows."""
+    into files of ``ROWS_PER_FILE`` rows.
+
+    ``kept``: the rows of ``rewritten`` as they are written again, one file's rows to a task
+    (``one_file_a_task``). Each task's rows are then sorted within it and written as the file
+    they came from, with no shuffle; ``rows`` (new rows, at most ``BROADCAST_ROWS``, and the
+    small files) go to files of their own, sorted in one task."""
     spark = rows.sparkSession
     schema = C.evolve(spark, uri, C.arrow_of(rows))
     out = C.conform(rows, schema)
@@ -186,8 +239,12 @@ def _rewrite(
     if folded:
         paths = [absolute_path(uri, f) for f in folded]
         out = out.unionByName(C.conform(read(spark, uri, only_files=paths), schema))
-        rewritten, rows_hint = rewritten | set(folded), rows_hint + folded_rows
-    out = C.sorted_by_key(out, key, rows_hint)
+        rewritten = rewritten | set(folded)
+        rows_hint = None if rows_hint is None else rows_hint + folded_rows
+    if kept is None:
+        out = C.sorted_by_key(out, key, rows_hint)
+    else:
+        out = C.conform(kept, schema).unionByName(out.coalesce(1)).sortWithinPartitions(*key)
     adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
     removes = data_files.removes(add_actions(dt), rewritten)
     return C.commit(
@@ -205,6 +262,7 @@ def upsert_newer(
     state: TableState | Callable[[dict[str, int]], TableState],
     flag: str | None = None,
     known: Candidates | None = None,
+    batch_rows: int | None = None,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -213,7 +271,9 @@ def upsert_newer(
     columns updates only those (and the ``__`` bookkeeping); the rest keep their values. A row
     whose ``REBUILT`` column is true replaces its key's row whatever the sequences; one whose
     ``DROP`` column is true deletes it. ``known``: the candidate files of ``data``'s keys, when
-    found already (used while the table is still at their version).
+    found already (used while the table is still at their version). ``batch_rows``: at most how
+    many rows ``data`` has, when known (else they are counted): a batch of at most
+    ``BROADCAST_ROWS`` is merged file by file.
 
     ``flag`` is a boolean column whose rows the commit counts, from the files it writes and
     removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
@@ -224,7 +284,6 @@ def upsert_newer(
     extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
     recorded = state if callable(state) else lambda _: state
     flagged_col = F.col(flag) if flag else F.lit(False)
-    was_flagged = F.col(f"t.`{flag}`") if flag else F.lit(None).cast("boolean")
     if not exists(uri):
         rows = data.where(~F.col(DROP)) if DROP in extra else data
         rows = rows.drop(*extra).persist(PERSIST_LEVEL)
@@ -242,23 +301,26 @@ def upsert_newer(
             rows.unpersist()
         return metrics
     columns = [c for c in data.columns if c not in extra]
+    known = known or candidates(spark, uri, data, key)
+    by_file = broadcastable(data.count() if batch_rows is None else batch_rows, known.rows)
 
-    def attempt() -> dict[str, int]:
-        dt = DeltaTable(uri)
-        target = _targets(spark, uri, dt, data, key, known)
+    # By file, the batch is broadcast to the tasks reading the table's files, one file a task;
+    # else both sides are shuffled by key.
+    s = (F.broadcast(data) if by_file else data).alias("s")
+
+    def joined(target: DataFrame, how: str) -> tuple[DataFrame, Column, Callable[[str], Column]]:
+        """``target`` (rows of the table, with their file) joined with the batch: the frame, the
+        action each row takes, and the value each column gets."""
         table_columns = [c for c in target.columns if c != FILE_COLUMN]
-        s, t = data.alias("s"), target.alias("t")
         on = [F.col(f"s.`{k}`") == F.col(f"t.`{k}`") for k in key]
-        joined = s.join(t, on, "full_outer")
-        in_s, in_t = F.col(f"s.`{key[0]}`").isNotNull(), F.col(f"t.{FILE_COLUMN}").isNotNull()
         newer = F.col(f"s.`{sequence}`") > F.col(f"t.`{sequence}`")
         if REBUILT in extra:
             newer = newer | F.col(f"s.`{REBUILT}`")
         dropped = F.col(f"s.`{DROP}`") if DROP in extra else F.lit(False)
         part = F.col(f"s.`{partial}`") if partial in extra else F.lit(None).cast("array<string>")
         action = (
-            F.when(~in_s, "keep")
-            .when(~in_t, F.when(dropped, "none").otherwise("insert"))
+            F.when(F.col(f"s.`{key[0]}`").isNull(), "keep")
+            .when(F.col(f"t.{FILE_COLUMN}").isNull(), F.when(dropped, "none").otherwise("insert"))
             .when(dropped, "delete")
             .when(newer & part.isNull(), "full")
             .when(newer, "partial")
@@ -280,62 +342,122 @@ def upsert_newer(
                 .alias(c)
             )
 
-        names = table_columns + [c for c in columns if c not in table_columns]
-        out = joined.select(
-            *[value(c) for c in names], F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
-            action.alias(_ACTION), was_flagged.alias(_WAS_FLAGGED),
-        )  # fmt: skip
-        out = out.persist(PERSIST_LEVEL)
+        return target.alias("t").join(s, on, how), action, value
+
+    def changes(frame: DataFrame, action: Column, value: Callable[[str], Column]) -> list[Column]:
+        """What ``per_file`` counts of each row: its file, action and flag, and its old flag."""
+        return [
+            F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN), action.alias(_ACTION),
+            (value(flag) if flag else F.lit(False)).alias(_FLAG),
+            (F.col(f"t.`{flag}`") if flag else F.lit(False)).alias(_WAS_FLAGGED),
+        ]  # fmt: skip
+
+    def attempt() -> dict[str, int]:
+        dt = DeltaTable(uri)
+        target = _targets(spark, uri, dt, data, key, known)
+        names = [c for c in target.columns if c != FILE_COLUMN]
+        names += [c for c in columns if c not in names]
+        if not by_file:
+            # Every row of the candidate files and of the batch, kept for the count and the
+            # write: one join.
+            frame, action, value = joined(target, "full_outer")
+            out = frame.select(*[value(c) for c in names], *changes(frame, action, value))
+            out = out.persist(PERSIST_LEVEL)
+            try:
+                metrics, rewritten, kept = _per_file(out)
+                rows = out.where(
+                    (F.col(_ACTION) == "insert")
+                    | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
+                ).select(*names)
+                hint = metrics["num_target_rows_inserted"] + kept
+                commit(dt, metrics, rewritten, rows, None, hint)
+            finally:
+                out.unpersist()
+            return metrics
+        # First the table's rows of the batch's keys (only their key, sequence and flag columns
+        # are read), and the batch's rows of keys it does not hold: which files change, and how.
+        frame, action, value = joined(target, "inner")
+        hits = frame.select(
+            *[F.col(f"t.`{k}`").alias(k) for k in key], *changes(frame, action, value)
+        )
+        hits = hits.persist(PERSIST_LEVEL)
         try:
-            # A file's rows as written again (all but deletes), and the new keys (inserts).
-            written = F.when(F.col(FILE_COLUMN).isNull(), F.col(_ACTION) == "insert").otherwise(
-                F.col(_ACTION) != "delete"
+            fresh = data.where(F.col(f"`{key[0]}`").isNotNull())
+            fresh = fresh.where(~F.col(DROP)) if DROP in extra else fresh
+            fresh = fresh.join(F.broadcast(hits.select(*key)), key, "left_anti").select(
+                *[
+                    F.col(f"`{c}`")
+                    if c in columns
+                    else F.lit(None).cast(target.schema[c].dataType).alias(c)
+                    for c in names
+                ]
             )
-            per_file = (
-                out.groupBy(FILE_COLUMN)
-                .agg(
-                    F.count("*").alias("rows"),
-                    F.count_if(F.col(_ACTION) == "insert").alias("inserted"),
-                    F.count_if(F.col(_ACTION).isin("full", "partial")).alias("updated"),
-                    F.count_if(F.col(_ACTION) == "delete").alias("deleted"),
-                    F.count_if(written & flagged_col).alias("flagged"),
-                    F.count_if(written & ~flagged_col).alias("unflagged"),
-                    F.count_if(F.col(_WAS_FLAGGED)).alias("was_flagged"),
-                    F.count_if(~F.col(_WAS_FLAGGED)).alias("was_unflagged"),
-                )
-                .collect()
+            new = fresh.select(
+                F.lit(None).cast("string").alias(FILE_COLUMN), F.lit("insert").alias(_ACTION),
+                flagged_col.alias(_FLAG), F.lit(False).alias(_WAS_FLAGGED),
+            )  # fmt: skip
+            metrics, rewritten, _ = _per_file(hits.drop(*key).unionByName(new))
+            # Then the files that change, read again whole, each row with its key's batch row.
+            paths = [absolute_path(uri, f) for f in sorted(rewritten)]
+            frame, action, value = joined(
+                read(spark, uri, only_files=paths, with_file=True), "left"
             )
-            inserted = sum(r["inserted"] for r in per_file)
-            updated = sum(r["updated"] for r in per_file)
-            deleted = sum(r["deleted"] for r in per_file)
-            rewritten = {
-                r[FILE_COLUMN]
-                for r in per_file
-                if r[FILE_COLUMN] is not None and r["updated"] + r["deleted"]
-            }
-            kept = sum(r["rows"] - r["deleted"] for r in per_file if r[FILE_COLUMN] in rewritten)
-            # Rows the commit adds (new files) less rows it removes (the rewritten files).
-            changed = [r for r in per_file if r[FILE_COLUMN] is None or r[FILE_COLUMN] in rewritten]
-            metrics = {
-                "num_target_rows_inserted": inserted,
-                "num_target_rows_updated": updated,
-                "num_target_rows_deleted": deleted,
-                "flagged_added": sum(r["flagged"] - r["was_flagged"] for r in changed),
-                "unflagged_added": sum(r["unflagged"] - r["was_unflagged"] for r in changed),
-            }
-            rows = out.where(
-                (F.col(_ACTION) == "insert")
-                | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
-            ).drop(FILE_COLUMN, _ACTION, _WAS_FLAGGED)
-            if inserted or rewritten:
-                _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), inserted + kept, True)
-            else:
-                C.record_state(uri, recorded(metrics))
+            again = frame.where(action != "delete").select(*[value(c) for c in names])
+            commit(dt, metrics, rewritten, fresh, again, None)
         finally:
-            out.unpersist()
+            hits.unpersist()
         return metrics
 
-    return _retrying(attempt)
+    def commit(
+        dt: DeltaTable,
+        metrics: dict[str, int],
+        rewritten: set[str],
+        rows: DataFrame,
+        again: DataFrame | None,
+        rows_hint: int | None,
+    ) -> None:
+        """Write ``rows`` (and ``again``: see ``_rewrite``) in place of ``rewritten``; only the
+        state when nothing changes."""
+        if metrics["num_target_rows_inserted"] or rewritten:
+            _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), rows_hint, True, again)
+        else:
+            C.record_state(uri, recorded(metrics))
+
+    with one_file_a_task(spark) if by_file else nullcontext():
+        return _retrying(attempt)
+
+
+def _per_file(changes: DataFrame) -> tuple[dict[str, int], set[str], int]:
+    """From a row per change (``FILE_COLUMN``, ``_ACTION``, ``_FLAG``, ``_WAS_FLAGGED``; one
+    aggregate, a row per file): the merge's metrics, the files it rewrites, and the rows they
+    keep. ``flagged_added`` and ``unflagged_added``: the rows the commit adds less those it
+    removes, flagged and not (a changed row's flag for its old one, a new row's, less a deleted
+    one's; rows kept as they were cancel out). The rows kept are those of ``changes``."""
+    action, now, was = F.col(_ACTION), F.col(_FLAG), F.col(_WAS_FLAGGED)
+    gains = action.isin("insert", "full", "partial")
+    losses = action.isin("full", "partial", "delete")
+    per_file = (
+        changes.groupBy(FILE_COLUMN)
+        .agg(
+            F.count("*").alias("rows"),
+            F.count_if(action == "insert").alias("inserted"),
+            F.count_if(action.isin("full", "partial")).alias("updated"),
+            F.count_if(action == "delete").alias("deleted"),
+            (F.count_if(gains & now) - F.count_if(losses & was)).alias("flagged"),
+            (F.count_if(gains & ~now) - F.count_if(losses & ~was)).alias("unflagged"),
+        )
+        .collect()
+    )
+    changed = [r for r in per_file if r[FILE_COLUMN] is not None and r["updated"] + r["deleted"]]
+    metrics = {
+        "num_target_rows_inserted": sum(r["inserted"] for r in per_file),
+        "num_target_rows_updated": sum(r["updated"] for r in per_file),
+        "num_target_rows_deleted": sum(r["deleted"] for r in per_file),
+        "flagged_added": sum(r["flagged"] for r in per_file),
+        "unflagged_added": sum(r["unflagged"] for r in per_file),
+    }
+    kept = sum(r["rows"] - r["deleted"] for r in changed)
+    return metrics, {r[FILE_COLUMN] for r in changed}, kept
 
 
 def _hits(marked: DataFrame) -> tuple[set[str], int, int]:

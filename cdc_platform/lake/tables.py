@@ -287,11 +287,18 @@ def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[A
     return pc.min(actions[low]).as_py(), pc.max(actions[high]).as_py()
 
 
-def row_count(uri: str) -> int:
-    """Rows in the table's snapshot, from the file statistics (reads no data)."""
+def row_count(uri: str, only_files: list[str] | None = None) -> int:
+    """Rows in the table's snapshot (or in ``only_files`` of it, as ``files`` names them), from
+    the file statistics (reads no data)."""
     if not exists(uri):
         return 0
-    return int(sum(DeltaTable(uri).get_add_actions(flatten=True)["num_records"].to_pylist()))
+    actions = add_actions(DeltaTable(uri))
+    counts = actions["num_records"].to_pylist()
+    if only_files is not None:
+        wanted = {local_path(f) for f in only_files}
+        paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
+        counts = [n for p, n in zip(paths, counts, strict=True) if p in wanted]
+    return int(sum(counts))
 
 
 def partition_row_counts(uri: str) -> dict[str, int]:

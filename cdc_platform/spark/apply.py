@@ -108,16 +108,21 @@ def latest_per_key(
     )
 
 
-def relative_to(newest: DataFrame, current: DataFrame | None, key: list[str]) -> DataFrame:
+def relative_to(
+    newest: DataFrame, current: DataFrame | None, key: list[str], small: bool = False
+) -> DataFrame:
     """``latest_per_key``'s rows, each with ``__columns`` set to what it may change in the
     current table: everything (null) when the batch has a full image (or delete) newer than
     the current row, else only the columns some event newer than the current row carries. A
     batch's older full image must not overwrite what a newer current row holds, even when a
     newer partial image follows it (TOAST, SharePlex, ignored nulls). Keys not in ``current``
-    keep the batch's own ``__columns``."""
+    keep the batch's own ``__columns``. ``small``: the batch's keys are few enough to be sent
+    to the tasks reading ``current``, which is then not shuffled."""
     if current is None:
         return without_working_columns(newest)
     target = current.select(*key, F.col(C.SEQUENCE_COL).alias("__target_at"))
+    if small:
+        target = F.broadcast(target.join(F.broadcast(newest.select(*key)), key))
     at = F.col("__target_at")
     carried = newest.schema[_CARRIED].dataType
     values = [f.name for f in carried.fields] if hasattr(carried, "fields") else []

@@ -176,7 +176,10 @@ def merge_current(
             replace(state, truncated_before=truncated_before, rows=[live, deleted]),
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
-    known = None
+    # At most the batch's rows: one newest row a key, and the rebuilt keys are the batch's own
+    # unless change records were removed. Read from the log's statistics.
+    bound = lake.row_count(cl_uri, new_files) if merging and removed is None else None
+    known, small = None, False
     if merging:
         # The files that may hold a key the batch touches (or a removed change record did):
         # found once, and every read of the current table below reads only them, so a merge
@@ -185,8 +188,9 @@ def merge_current(
             touching = batch if removed is None else batch.unionByName(removed)
             keys = history.touched_keys(touching, key).select("key.*")
             known = lake.candidates(spark, cur_uri, keys, key)
+        small = lake.broadcastable(bound, known.rows)
         current = lake.rows_of_keys(spark, cur_uri, keys, key, known)
-        newest = apply.relative_to(newest, current, key)
+        newest = apply.relative_to(newest, current, key, small)
         newest = _rebuild_keys(
             spark, cl_uri, current, newest, removed, key, truncated_before, options
         )
@@ -195,7 +199,7 @@ def merge_current(
     newest = newest.persist(PERSIST_LEVEL)
     try:
         with phase("merge.live_effect"):
-            made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging, known)
+            made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging, known, small)
         if full_refresh:
             rows = newest.drop(apply.PARTIAL_COL)
             r = rows.agg(F.count("*"), F.count_if(F.col(C.DELETED_COL))).first()
@@ -212,7 +216,7 @@ def merge_current(
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
                     spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, counted,
-                    C.DELETED_COL, known,
+                    C.DELETED_COL, known, bound,
                 )  # fmt: skip
             live += metrics["unflagged_added"]
             deleted += metrics["flagged_added"]
@@ -272,10 +276,15 @@ def _live_effect(
     key: list[str],
     merging: bool,
     known: lake.Candidates | None = None,
+    small: bool = False,
 ) -> tuple[int, int]:
     """(keys the batch makes live that were not, keys it deletes that were live), computed apart
     from the MERGE by the same rule (a newer sequence or a rebuilt key wins), so the quality
-    check comparing the balance with the table tests the merge."""
+    check comparing the balance with the table tests the merge.
+
+    Every live newest row counts as made live, as if its key were new; each key the table holds
+    corrects that from its row there. Those rows come from a join of the table's candidate rows
+    with the newest rows (broadcast when ``small``: no shuffle of the table)."""
     deleted = F.col(C.DELETED_COL)
     if not merging:  # a new or rebuilt table: every live newest row is one more
         return newest.where(~deleted).count(), 0
@@ -285,21 +294,22 @@ def _live_effect(
         (~F.col(C.DELETED_COL)).alias("__was_live"),
     )
     rebuilt = F.col(lake.REBUILT) if lake.REBUILT in newest.columns else F.lit(False)
-    joined = newest.select(*key, C.SEQUENCE_COL, C.DELETED_COL, rebuilt.alias("__rebuilt")).join(
-        before, key, "left"
-    )
-    was = F.coalesce(F.col("__was_live"), F.lit(False))
+    mine = newest.select(*key, C.SEQUENCE_COL, C.DELETED_COL, rebuilt.alias("__rebuilt"))
+    held = before.join(F.broadcast(mine) if small else mine, key)
+    was = F.col("__was_live")
     applies = (
         F.col("__was_seq").isNull()
         | (F.col(C.SEQUENCE_COL) > F.col("__was_seq"))
         | F.col("__rebuilt")
     )
     now = F.when(applies, ~deleted).otherwise(was)
-    row = joined.agg(
-        F.count(F.when(now & ~was, 1)).alias("made_live"),
-        F.count(F.when(~now & was, 1)).alias("made_dead"),
-    ).first()
-    return int(row["made_live"]), int(row["made_dead"])
+    as_new = mine.select((~deleted).cast("int").alias("live"), F.lit(0).alias("dead"))
+    corrections = held.select(
+        ((now & ~was).cast("int") - (~deleted).cast("int")).alias("live"),
+        (~now & was).cast("int").alias("dead"),
+    )
+    row = as_new.unionByName(corrections).agg(F.sum("live"), F.sum("dead")).first()
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 def _counts(spark: SparkSession, cur_uri: str, state: lake.TableState) -> tuple[int, int]:

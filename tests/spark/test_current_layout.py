@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 from pyspark.sql import functions as F
@@ -26,6 +27,17 @@ SEQ, PARTIAL = "__sequence", "__columns"
 def small_files(monkeypatch):
     # Files of a few thousand rows, so a few thousand rows make a table of several files.
     monkeypatch.setattr(commit, "ROWS_PER_FILE", 4_000)
+
+
+@pytest.fixture(autouse=True, params=["by file", "shuffled"])
+def join(request, monkeypatch):
+    """Both ways a merge joins its batch with the table: broadcast to the tasks reading the
+    table's files, and (past ``BROADCAST_ROWS``) a shuffle of both."""
+    if request.param == "shuffled":
+        monkeypatch.setattr(merge, "BROADCAST_ROWS", 0)
+    else:  # by file into tables of any size
+        monkeypatch.setattr(merge, "BY_FILE_ABOVE_ROWS", -1)
+    return request.param
 
 
 def _rows(ids, seq: int, key: str = "id") -> pa.Table:
@@ -86,6 +98,23 @@ def test_a_merge_rewrites_only_the_files_holding_its_keys(spark, tmp_path):
     # An older batch changes nothing and rewrites nothing.
     assert _upsert(spark, uri, _rows(range(0, 20_000, 97), 1))[0] == 0
     assert _table(uri) == expected
+
+
+def test_a_rewritten_file_keeps_its_key_range_and_new_keys_get_a_file(spark, tmp_path, join):
+    uri = str(tmp_path / "cur")
+    _upsert(spark, uri, _rows(range(0, 40_000, 2), 1))
+    ranges = _ranges(uri)
+    # An update in the second and the fourth file, and new keys past the end.
+    batch = [ranges[1][0] + 2, ranges[3][1], 50_000, 50_001]
+    assert _upsert(spark, uri, _rows(batch, 2))[0] == 2
+    if join == "by file":  # each file written again as itself; the new keys in a file of theirs
+        assert _ranges(uri) == [*ranges, (50_000, 50_001)]
+    rows = DeltaTable(uri).to_pyarrow_table()
+    for path in DeltaTable(uri).file_uris():  # every file is sorted by key
+        ids = pq.read_table(path.removeprefix("file://"))["id"].to_pylist()
+        assert ids == sorted(ids)
+    assert rows.num_rows == 20_002
+    assert _table(uri)[ranges[3][1]] == f"2-{ranges[3][1]}"
 
 
 def test_merges_are_right_on_an_unsorted_table(spark, tmp_path):

@@ -4,9 +4,19 @@ import pytest
 
 from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
+from cdc_platform.lake import merge
 from cdc_platform.steps.current import current_rows, merge_current
 
 pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(autouse=True, params=["shuffled", "by file"])
+def join(request, monkeypatch):
+    """Both ways a merge joins its batch with the table: these tables are small, so shuffled
+    unless by file is asked for (as a batch of a large table would be)."""
+    if request.param == "by file":
+        monkeypatch.setattr(merge, "BY_FILE_ABOVE_ROWS", -1)
+
 
 SCHEMA = (
     "op string, key struct<id:int>, before struct<id:int,a:string,b:string>, "
