@@ -7,7 +7,8 @@ one commit against the version it read, with the table's small files once they a
 (``small_files``: a day of small runs would otherwise leave a file per run). Only file paths
 and counts reach the driver. A commit that loses a race (another writer removed one of its
 files) is retried from the start on the new snapshot: nothing it decided on stale rows is
-kept.
+kept. A small batch into many rows is merged file by file (``broadcastable``): each changed
+file is rewritten in the task that read it, with no shuffle of the table.
 """
 
 from collections.abc import Callable, Iterator
@@ -272,8 +273,8 @@ def upsert_newer(
     whose ``REBUILT`` column is true replaces its key's row whatever the sequences; one whose
     ``DROP`` column is true deletes it. ``known``: the candidate files of ``data``'s keys, when
     found already (used while the table is still at their version). ``batch_rows``: at most how
-    many rows ``data`` has, when known (else they are counted): a batch of at most
-    ``BROADCAST_ROWS`` is merged file by file.
+    many rows ``data`` has, when known (else they are counted): whether it is merged file by
+    file (``broadcastable``) or by a shuffle of both sides.
 
     ``flag`` is a boolean column whose rows the commit counts, from the files it writes and
     removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
