@@ -20,6 +20,7 @@ file (not timed). Then, in one process and one SparkSession:
 """
 
 import argparse
+import atexit
 import base64
 import io
 import json
@@ -404,7 +405,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--keys", type=int, default=20_000)
-    ap.add_argument("--out", type=Path, default=None, help="default: a new temp dir under /tmp")
+    ap.add_argument("--out", type=Path, help="kept (default: a temp dir, removed at the end)")
     ap.add_argument("--formats", default=",".join(ENCODERS), help="comma list")
     ap.add_argument("--reps", type=int, default=3, help="parse runs per format and parser")
     ap.add_argument(
@@ -419,6 +420,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown formats: {unknown}; known: {list(ENCODERS)}")
     out = args.out or Path(tempfile.mkdtemp(prefix="cdc-bench-formats-", dir="/tmp"))
+    if args.out is None:  # gigabytes at 10M rows: gone when the script ends
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
 
     events, final = stream(args.events, args.keys)
     expected = checksum((r["id"], r["name"], r["amount"]) for r in final.values())

@@ -20,6 +20,7 @@ the files and bytes removed and added according to the Delta log.
 """
 
 import argparse
+import atexit
 import os
 import shutil
 import statistics
@@ -220,11 +221,13 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="extra Spark conf, e.g. spark.driver.memory=8g",
     )
-    p.add_argument("--out", type=Path, help="keep the warehouses here (default: a temp dir)")
+    p.add_argument("--out", type=Path, help="kept (default: a temp dir, removed at the end)")
     p.add_argument("--skip-refresh", action="store_true", help="do not time full_refresh=True")
     args = p.parse_args()
 
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-merge-"))
+    if args.out is None:  # gigabytes at 10M rows: gone when the script ends
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
     base = out / "base"
     shutil.rmtree(out / "base", ignore_errors=True)
     print(f"cores {os.cpu_count()}, load {load()}, out {out}", flush=True)

@@ -14,6 +14,7 @@ job ran second and found the JSON reader and Parquet writer already compiled).
 """
 
 import argparse
+import atexit
 import json
 import os
 import random
@@ -279,11 +280,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
-    ap.add_argument("--out", type=Path, default=None, help="default: a new temp dir under /tmp")
+    ap.add_argument("--out", type=Path, help="kept (default: a temp dir, removed at the end)")
     ap.add_argument("--with-schema", action="store_true", help="JsonConverter schema envelope")
     ap.add_argument("--warm-up", type=int, default=50_000, help="events of the untimed first run")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="cdc-bench-", dir="/tmp"))
+    if args.out is None:  # gigabytes at 10M rows: gone when the script ends
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
     landing = out / "landing" / SOURCE / f"dt={DATE}" / "events.jsonl"
     warehouse = out / "warehouse"
     shutil.rmtree(warehouse, ignore_errors=True)
