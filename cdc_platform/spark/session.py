@@ -21,10 +21,16 @@ from pathlib import Path
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
-# Small local runs: few shuffle partitions; UTC so event times mean the same everywhere; partition
-# values are typed from the Delta schema, not guessed from paths.
+# UTC so event times mean the same everywhere; partition values are typed from the Delta schema,
+# not guessed from paths.
 DEFAULT_CONF = {
-    "spark.sql.shuffle.partitions": "4",
+    # Shuffles start with 64 partitions, which adaptive query execution (on by default) then
+    # coalesces by size: a micro-batch's few rows into one task, 10M rows into partitions of at
+    # most 64 MB (spark.sql.adaptive.advisoryPartitionSizeInBytes) rather than 4 fixed ones of
+    # 2.5M rows. Frames we persist are coalesced too (Spark keeps their partitioning unless
+    # told): else each of them would run 64 tasks of nothing.
+    "spark.sql.shuffle.partitions": "64",
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     # Delta's timestamp: INT64 microseconds in UTC (Spark's default, INT96, is deprecated).
