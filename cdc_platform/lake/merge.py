@@ -162,12 +162,20 @@ def rows_of_keys(
     uri: str,
     keys: DataFrame,
     key: list[str],
+    columns: list[str],
     known: Candidates | None = None,
+    few: bool = False,
 ) -> DataFrame:
-    """The rows of ``uri`` from the files that may hold one of ``keys`` (a superset of the
-    rows with those keys): the files a merge of ``keys`` reads (``known``, when they were found
-    already for this version)."""
-    return _targets(spark, uri, DeltaTable(uri), keys, key, known).drop(FILE_COLUMN)
+    """The rows of ``uri`` whose key is one of ``keys`` (a frame with the key columns; repeats
+    allowed): their key, those of ``columns`` the table has, and their file (``FILE_COLUMN``).
+    Only the files that may hold one of the keys are read (``known``, when they were found
+    already for this version). ``few``: the keys are sent to the tasks reading the files, and
+    the table is not shuffled."""
+    rows = _targets(spark, uri, DeltaTable(uri), keys, key, known)
+    wanted = keys.select(*[F.col(f"`{k}`") for k in key])
+    return rows.select(
+        *[F.col(f"`{c}`") for c in [*key, *columns, FILE_COLUMN] if c in rows.columns]
+    ).join(F.broadcast(wanted) if few else wanted, key, "left_semi")
 
 
 def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:
@@ -264,6 +272,7 @@ def upsert_newer(
     flag: str | None = None,
     known: Candidates | None = None,
     batch_rows: int | None = None,
+    held: DataFrame | None = None,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -274,7 +283,9 @@ def upsert_newer(
     ``DROP`` column is true deletes it. ``known``: the candidate files of ``data``'s keys, when
     found already (used while the table is still at their version). ``batch_rows``: at most how
     many rows ``data`` has, when known (else they are counted): whether it is merged file by
-    file (``broadcastable``) or by a shuffle of both sides.
+    file (``broadcastable``) or by a shuffle of both sides. ``held``: the table's rows of
+    ``data``'s keys at ``known``'s version (``rows_of_keys``, with ``sequence`` and ``flag``),
+    when read already: a merge file by file finds from them which files change.
 
     ``flag`` is a boolean column whose rows the commit counts, from the files it writes and
     removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
@@ -377,7 +388,8 @@ def upsert_newer(
             return metrics
         # First the table's rows of the batch's keys (only their key, sequence and flag columns
         # are read), and the batch's rows of keys it does not hold: which files change, and how.
-        frame, action, value = joined(target, "inner")
+        fresh_held = held is not None and known.version == dt.version()
+        frame, action, value = joined(held if fresh_held else target, "inner")
         hits = frame.select(
             *[F.col(f"t.`{k}`").alias(k) for k in key], *changes(frame, action, value)
         )

@@ -116,13 +116,13 @@ def relative_to(
     the current row, else only the columns some event newer than the current row carries. A
     batch's older full image must not overwrite what a newer current row holds, even when a
     newer partial image follows it (TOAST, SharePlex, ignored nulls). Keys not in ``current``
-    keep the batch's own ``__columns``. ``small``: the batch's keys are few enough to be sent
-    to the tasks reading ``current``, which is then not shuffled."""
+    keep the batch's own ``__columns``. ``current``: the table's rows of the batch's keys
+    (``lake.rows_of_keys``); ``small``: they are few enough to be broadcast."""
     if current is None:
         return without_working_columns(newest)
     target = current.select(*key, F.col(C.SEQUENCE_COL).alias("__target_at"))
     if small:
-        target = F.broadcast(target.join(F.broadcast(newest.select(*key)), key))
+        target = F.broadcast(target)
     at = F.col("__target_at")
     carried = newest.schema[_CARRIED].dataType
     values = [f.name for f in carried.fields] if hasattr(carried, "fields") else []

@@ -43,6 +43,9 @@ class MergeResult:
     merged_changes: list[str] | None = None
 
 
+# What a merge reads of the current table's rows of its keys (``lake.rows_of_keys``).
+_HELD = [C.SEQUENCE_COL, C.DELETED_COL, C.PARTIAL_NEWEST_COL]
+
 # A key nothing is left of: a tombstone-like row (non-null flags, as the table has them) that
 # the MERGE deletes.
 _GONE = {C.DELETED_COL: True, C.PARTIAL_NEWEST_COL: False}
@@ -66,7 +69,7 @@ def _rebuild_keys(
     - keys of change records a reprocessed partition no longer holds (``removed``): their effect
       must go. A key with no change left is deleted from the table (``DROP``).
 
-    ``current``: the current table's rows that may hold a key of ``newest``."""
+    ``current``: the current table's rows of the batch's keys (``lake.rows_of_keys``)."""
     wanted = []
     if C.PARTIAL_NEWEST_COL in current.columns:
         fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
@@ -179,27 +182,30 @@ def merge_current(
     # At most the batch's rows: one newest row a key, and the rebuilt keys are the batch's own
     # unless change records were removed. Read from the log's statistics.
     bound = lake.row_count(cl_uri, new_files) if merging and removed is None else None
-    known, small = None, False
-    if merging:
-        # The files that may hold a key the batch touches (or a removed change record did):
-        # found once, and every read of the current table below reads only them, so a merge
-        # costs what its batch touches, not the table.
-        with phase("merge.candidate_files"):
-            touching = batch if removed is None else batch.unionByName(removed)
-            keys = history.touched_keys(touching, key).select("key.*")
-            known = lake.candidates(spark, cur_uri, keys, key)
-        small = lake.broadcastable(bound, known.rows)
-        current = lake.rows_of_keys(spark, cur_uri, keys, key, known)
-        newest = apply.relative_to(newest, current, key, small)
-        newest = _rebuild_keys(
-            spark, cl_uri, current, newest, removed, key, truncated_before, options
-        )
-    else:
-        newest = apply.without_working_columns(newest)
-    newest = newest.persist(PERSIST_LEVEL)
+    known, small, held = None, False, None
     try:
+        if merging:
+            # The files that may hold a key the batch touches (or a removed change record did):
+            # found once, and every read of the current table below reads only them, so a merge
+            # costs what its batch touches, not the table.
+            with phase("merge.candidate_files"):
+                touching = batch if removed is None else batch.unionByName(removed)
+                keys = history.touched_keys(touching, key).select("key.*")
+                known = lake.candidates(spark, cur_uri, keys, key)
+            small = lake.broadcastable(bound, known.rows)
+            # The table's rows of those keys, what every decision below reads of the table: read
+            # once (the key, sequence and flag columns of the candidate files), at most the batch.
+            held = lake.rows_of_keys(spark, cur_uri, keys, key, _HELD, known, small)
+            held = held.persist(PERSIST_LEVEL)
+            newest = apply.relative_to(newest, held, key, small)
+            newest = _rebuild_keys(
+                spark, cl_uri, held, newest, removed, key, truncated_before, options
+            )
+        else:
+            newest = apply.without_working_columns(newest)
+        newest = newest.persist(PERSIST_LEVEL)
         with phase("merge.live_effect"):
-            made_live, made_dead = _live_effect(spark, cur_uri, newest, key, merging, known, small)
+            made_live, made_dead = _live_effect(newest, key, held, small)
         if full_refresh:
             rows = newest.drop(apply.PARTIAL_COL)
             r = rows.agg(F.count("*"), F.count_if(F.col(C.DELETED_COL))).first()
@@ -216,12 +222,14 @@ def merge_current(
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
                     spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, counted,
-                    C.DELETED_COL, known, bound,
+                    C.DELETED_COL, known, bound, held,
                 )  # fmt: skip
             live += metrics["unflagged_added"]
             deleted += metrics["flagged_added"]
     finally:
         newest.unpersist()
+        if held is not None:
+            held.unpersist()
     purged = 0
     if options.tombstone_retention_days:
         # Past the retention a tombstone goes; an event older than it arriving later could then
@@ -270,32 +278,26 @@ def _truncates_gone(removed: DataFrame | None, added: DataFrame) -> bool:
 
 
 def _live_effect(
-    spark: SparkSession,
-    cur_uri: str,
-    newest: DataFrame,
-    key: list[str],
-    merging: bool,
-    known: lake.Candidates | None = None,
-    small: bool = False,
+    newest: DataFrame, key: list[str], held: DataFrame | None, small: bool = False
 ) -> tuple[int, int]:
     """(keys the batch makes live that were not, keys it deletes that were live), computed apart
     from the MERGE by the same rule (a newer sequence or a rebuilt key wins), so the quality
     check comparing the balance with the table tests the merge.
 
     Every live newest row counts as made live, as if its key were new; each key the table holds
-    corrects that from its row there. Those rows come from a join of the table's candidate rows
-    with the newest rows (broadcast when ``small``: no shuffle of the table)."""
+    corrects that from its row there (``held``: the table's rows of the batch's keys; None for a
+    new or rebuilt table). The newest rows are broadcast when ``small``."""
     deleted = F.col(C.DELETED_COL)
-    if not merging:  # a new or rebuilt table: every live newest row is one more
+    if held is None:  # a new or rebuilt table: every live newest row is one more
         return newest.where(~deleted).count(), 0
-    before = lake.rows_of_keys(spark, cur_uri, newest, key, known).select(
+    before = held.select(
         *key,
         F.col(C.SEQUENCE_COL).alias("__was_seq"),
         (~F.col(C.DELETED_COL)).alias("__was_live"),
     )
     rebuilt = F.col(lake.REBUILT) if lake.REBUILT in newest.columns else F.lit(False)
     mine = newest.select(*key, C.SEQUENCE_COL, C.DELETED_COL, rebuilt.alias("__rebuilt"))
-    held = before.join(F.broadcast(mine) if small else mine, key)
+    pairs = before.join(F.broadcast(mine) if small else mine, key)
     was = F.col("__was_live")
     applies = (
         F.col("__was_seq").isNull()
@@ -304,7 +306,7 @@ def _live_effect(
     )
     now = F.when(applies, ~deleted).otherwise(was)
     as_new = mine.select((~deleted).cast("int").alias("live"), F.lit(0).alias("dead"))
-    corrections = held.select(
+    corrections = pairs.select(
         ((now & ~was).cast("int") - (~deleted).cast("int")).alias("live"),
         (~now & was).cast("int").alias("dead"),
     )
