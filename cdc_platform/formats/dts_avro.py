@@ -275,69 +275,134 @@ def _datetime_text(dtv: dict, nanos: bool) -> str:
     return " ".join(parts)
 
 
-def render(branch: str, payload: Any, spec: ColumnSpec | None, nanos: bool) -> Any:
-    """One image value -> its wire text (None: SQL NULL; ``_ABSENT``: not captured)."""
-    target = spec.type if spec else "string"
-    if branch == "EmptyObject":
-        return _ABSENT
-    if branch in ("Integer", "Decimal", "TextObject", "TextGeometry"):
-        return payload["value"]
-    if branch == "Float":
-        v = payload["value"]
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
-        return repr(v)
-    if branch == "Character":
-        if target == "binary" or payload["charset"].lower() == "binary":
-            return _b64(payload["value"])
-        return _text(payload["value"], payload["charset"])
-    if branch in ("BinaryObject", "BinaryGeometry"):
-        if target == "binary":
-            return _b64(payload["value"])
-        return payload["value"].decode("utf-8", errors="replace")
-    if branch == "Timestamp":  # epoch seconds + microseconds (a UTC instant)
-        micros = payload["timestamp"] * 1_000_000 + payload["millis"]
+def _as_is(payload: dict, target: str, nanos: bool) -> str:
+    return payload["value"]
+
+
+def _float(payload: dict, target: str, nanos: bool) -> str:
+    v = payload["value"]
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return repr(v)
+
+
+def _character(payload: dict, target: str, nanos: bool) -> str:
+    if target == "binary" or payload["charset"].lower() == "binary":
+        return _b64(payload["value"])
+    return _text(payload["value"], payload["charset"])
+
+
+def _binary(payload: dict, target: str, nanos: bool) -> str:
+    if target == "binary":
+        return _b64(payload["value"])
+    return payload["value"].decode("utf-8", errors="replace")
+
+
+def _timestamp(payload: dict, target: str, nanos: bool) -> str:
+    """Epoch seconds + microseconds (a UTC instant)."""
+    micros = payload["timestamp"] * 1_000_000 + payload["millis"]
+    if target == "timestamp":
+        return str(micros)
+    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
+
+
+def _wall_clock(dtv: dict, zone_text: str | None, target: str, nanos: bool) -> str:
+    try:
         if target == "timestamp":
-            return str(micros)
-        return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
-    if branch in ("DateTime", "TimestampWithTimeZone"):
-        dtv = payload if branch == "DateTime" else payload["value"]
-        zone_text = None if branch == "DateTime" else payload["timezone"]
-        try:
-            if target == "timestamp":
-                zone = _zone(zone_text) if zone_text else dt.UTC
-                return _epoch_micros(dtv, nanos, zone)
-            if target == "date":
-                return f"{dtv['year']:04d}-{dtv['month']:02d}-{dtv['day']:02d}"
-            if target in ("int", "smallint", "bigint"):  # YEAR
-                return str(dtv["year"])
-        except (TypeError, ValueError, KeyError, OverflowError, LookupError):
-            pass  # zero dates, missing parts, unknown zones: the text (quarantined as mismatch)
-        text = _datetime_text(dtv, nanos)
-        if zone_text:
-            text += zone_text if zone_text[:1] in "+-" else f" {zone_text}"
-        return text
-    raise InvalidRecord(f"unknown value branch {branch}")
+            zone = _zone(zone_text) if zone_text else dt.UTC
+            return _epoch_micros(dtv, nanos, zone)
+        if target == "date":
+            return f"{dtv['year']:04d}-{dtv['month']:02d}-{dtv['day']:02d}"
+        if target in ("int", "smallint", "bigint"):  # YEAR
+            return str(dtv["year"])
+    except (TypeError, ValueError, KeyError, OverflowError, LookupError):
+        pass  # zero dates, missing parts, unknown zones: the text (quarantined as mismatch)
+    text = _datetime_text(dtv, nanos)
+    if zone_text:
+        text += zone_text if zone_text[:1] in "+-" else f" {zone_text}"
+    return text
 
 
-def _short(name: str | None) -> str:
-    return (name or "").removeprefix(_NS)
+def _datetime(payload: dict, target: str, nanos: bool) -> str:
+    return _wall_clock(payload, None, target, nanos)
 
 
-def _hint(branch: str, payload: Any) -> dict | None:
-    """What a value tells about its column's type, beyond the type code."""
-    if branch == "Decimal":
-        return {"branch": branch, "scale": payload["scale"]}
-    if branch == "Character":
-        return {"branch": branch, "binary": payload["charset"].lower() == "binary"}
-    if branch == "BinaryObject":
-        return {"branch": branch, "binary": payload["type"].upper() not in _TEXT_OBJECTS}
-    if branch in ("Integer", "Float", "Timestamp", "DateTime", "TimestampWithTimeZone",
-                  "BinaryGeometry", "TextObject", "TextGeometry"):  # fmt: skip
-        return {"branch": branch}
-    return None
+def _datetime_zone(payload: dict, target: str, nanos: bool) -> str:
+    return _wall_clock(payload["value"], payload["timezone"], target, nanos)
+
+
+def _absent(payload: Any, target: str, nanos: bool) -> Any:
+    return _ABSENT
+
+
+# A value's union branch (its full Avro name) -> (payload, column type, nanos) -> wire text.
+_RENDER = {
+    _NS + "Integer": _as_is, _NS + "Decimal": _as_is, _NS + "TextObject": _as_is,
+    _NS + "TextGeometry": _as_is, _NS + "Float": _float, _NS + "Character": _character,
+    _NS + "BinaryObject": _binary, _NS + "BinaryGeometry": _binary,
+    _NS + "Timestamp": _timestamp, _NS + "DateTime": _datetime,
+    _NS + "TimestampWithTimeZone": _datetime_zone, _NS + "EmptyObject": _absent,
+}  # fmt: skip
+
+
+def render(branch: str, payload: Any, target: str, nanos: bool) -> Any:
+    """One image value -> its wire text (None: SQL NULL; ``_ABSENT``: not captured).
+
+    ``target``: the column's Spark type (``string`` when this message cannot tell)."""
+    fn = _RENDER.get(branch)
+    if fn is None:
+        raise InvalidRecord(f"unknown value branch {(branch or '').removeprefix(_NS)}")
+    return fn(payload, target, nanos)
+
+
+# What a value tells about its column's type beyond the type code, as a hashable key:
+# (branch,), or (branch, detail) for a decimal's scale and whether chars/objects are binary.
+_PLAIN_HINTS = {
+    _NS + b: (b,)
+    for b in ("Integer", "Float", "Timestamp", "DateTime", "TimestampWithTimeZone",
+              "BinaryGeometry", "TextObject", "TextGeometry")
+}  # fmt: skip
+
+
+def _hint(value: tuple | None) -> tuple | None:
+    """A value's hint key; None for SQL NULL and not captured (EmptyObject)."""
+    if value is None:
+        return None
+    branch, payload = value
+    if branch == _NS + "Decimal":
+        return ("Decimal", payload["scale"])
+    if branch == _NS + "Character":
+        return ("Character", payload["charset"].lower() == "binary")
+    if branch == _NS + "BinaryObject":
+        return ("BinaryObject", payload["type"].upper() not in _TEXT_OBJECTS)
+    return _PLAIN_HINTS.get(branch)
+
+
+def _hint_json(hint: tuple | None) -> dict | None:
+    """A hint key as ``value_schema`` writes it (what ``field_spec`` reads)."""
+    if hint is None:
+        return None
+    if len(hint) == 1:
+        return {"branch": hint[0]}
+    return {"branch": hint[0], "scale" if hint[0] == "Decimal" else "binary": hint[1]}
+
+
+# Both are asked once per column of every message, with few distinct arguments: cached (bounded,
+# as codes and names come from the data).
+@functools.lru_cache(maxsize=4096)
+def _target(source_type: str, code: int, hint: tuple | None) -> str:
+    """The Spark type a column's values render for (``string`` when undecided)."""
+    spec = field_spec(source_type, code, _hint_json(hint))
+    return spec.type if spec else "string"
+
+
+@functools.lru_cache(maxsize=1024)
+def _value_schema(source_type: str, columns: tuple) -> str:
+    """``value_schema`` of a message: its source type and (name, code, hint key) per field."""
+    fields = [[name, code, _hint_json(hint)] for name, code, hint in columns]
+    return json.dumps({"source": source_type, "fields": fields}, separators=(",", ":"))
 
 
 # --- record -> parsed-record columns -------------------------------------------------------------
@@ -413,52 +478,54 @@ class _Reject(Exception):
     """A decodable record that cannot be used; the message is the quarantine reason."""
 
 
+def _value_list(record: dict, side: str, n: int) -> list | None:
+    values = record.get(side)
+    if values is None:
+        return None
+    if not isinstance(values, list):
+        raise _Reject(f"DTS Avro {side} is not a value list")
+    if len(values) != n:
+        raise _Reject(f"DTS Avro {side} has {len(values)} values for {n} fields")
+    return values
+
+
 def _images(record: dict, source_type: str) -> dict[str, Any]:
     """``fields`` + image arrays -> images, partial flag and value_schema."""
     fields = record.get("fields")
     if not isinstance(fields, list):
         raise _Reject("DTS Avro row change without a field list")
-    arrays = {}
-    for side in ("beforeImages", "afterImages"):
-        values = record.get(side)
-        if values is None:
-            arrays[side] = None
-        elif not isinstance(values, list):
-            raise _Reject(f"DTS Avro {side} is not a value list")
-        elif len(values) != len(fields):
-            raise _Reject(f"DTS Avro {side} has {len(values)} values for {len(fields)} fields")
-        else:
-            arrays[side] = [(None, None) if v is None else (_short(v[0]), v[1]) for v in values]
+    before = _value_list(record, "beforeImages", len(fields))
+    after = _value_list(record, "afterImages", len(fields))
     nanos = source_type == "Oracle"
-    schema_fields = []
-    images: dict[str, dict | None] = {"beforeImages": None, "afterImages": None}
-    for side in images:
-        if arrays[side] is not None:
-            images[side] = {}
+    before_image = None if before is None else {}
+    after_image = None if after is None else {}
     partial = False
+    columns = []
     for i, field in enumerate(fields):
         name, code = field["name"], field["dataTypeNumber"]
-        seen = [arrays[s][i] for s in ("afterImages", "beforeImages") if arrays[s] is not None]
-        hint = next((_hint(b, p) for b, p in seen if b and b != "EmptyObject"), None)
-        schema_fields.append([name, code, hint])
-        spec = field_spec(source_type, code, hint)
-        for side, values in arrays.items():
-            if values is None:
-                continue
-            branch, payload = values[i]
-            text = None if branch is None else render(branch, payload, spec, nanos)
+        # the after image's value tells the type, else the before image's
+        hint = (_hint(after[i]) if after is not None else None) or (
+            _hint(before[i]) if before is not None else None
+        )
+        columns.append((name, code, hint))
+        target = _target(source_type, code, hint)
+        if before is not None:
+            value = before[i]
+            text = None if value is None else render(value[0], value[1], target, nanos)
+            if text is not _ABSENT:
+                before_image[name] = text
+        if after is not None:
+            value = after[i]
+            text = None if value is None else render(value[0], value[1], target, nanos)
             if text is _ABSENT:
-                partial = partial or side == "afterImages"
+                partial = True
             else:
-                images[side][name] = text
-    value_schema = json.dumps(
-        {"source": source_type, "fields": schema_fields}, separators=(",", ":")
-    )
+                after_image[name] = text
     return {
-        "before_image": images["beforeImages"],
-        "after_image": images["afterImages"],
+        "before_image": before_image,
+        "after_image": after_image,
         "after_partial": partial,
-        "value_schema": value_schema,
+        "value_schema": _value_schema(source_type, tuple(columns)),
     }
 
 
