@@ -444,15 +444,21 @@ def _identity(parts: list[str]) -> tuple[str | None, str | None, str | None]:
 
 
 def _key_columns(tags: dict[str, str]) -> list[str] | None:
+    cols = _key_of(tags.get("pk_uk_info") or "{}")
+    return None if cols is None else list(cols)
+
+
+@functools.lru_cache(maxsize=1024)  # one pk_uk_info text per table: parsed once
+def _key_of(pk_uk_info: str) -> tuple[str, ...] | None:
     try:
-        info = json.loads(tags.get("pk_uk_info") or "{}")
+        info = json.loads(pk_uk_info)
     except ValueError:
         return None
     if not isinstance(info, dict):
         return None
     for cols in [info.get("PRIMARY"), *(v for k, v in info.items() if k != "PRIMARY")]:
         if isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols):
-            return cols
+            return tuple(cols)
     return None
 
 
@@ -604,8 +610,23 @@ def parse_value(value: bytes | None) -> dict[str, Any]:
         return {"kind": C.KIND_ERROR, "reason": f"invalid DTS Avro record: {type(e).__name__}: {e}"}
 
 
-def _map(image: dict | None) -> list[tuple[str, str]] | None:
-    return None if image is None else list(image.items())
+def _map_array(images: list[dict | None]) -> pa.Array:
+    """Images -> one ``map<string,string>`` array, from flat lists of keys and values (much
+    cheaper than converting a list of pairs per row)."""
+    offsets, keys, values, nulls = [0], [], [], []
+    for image in images:
+        if image is not None:
+            keys.extend(image)
+            values.extend(image.values())
+        offsets.append(len(keys))
+        nulls.append(image is None)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
+        type=_ARROW_TYPES["after_image"],
+        mask=pa.array(nulls, pa.bool_()),
+    )
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -615,16 +636,18 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
         columns = list(batch.columns)
         names = list(batch.schema.names)
         for f in OUTPUT_FIELDS:
-            values = [r.get(f.name) for r in rows]
             if f.name == "image_encoding":
-                values = ["json"] * len(rows)
+                array = pa.array(["json"] * len(rows), pa.string())
             elif f.name == "source_format":
-                values = [NAME] * len(rows)
+                array = pa.array([NAME] * len(rows), pa.string())
             elif f.name == "after_partial":
-                values = [bool(v) for v in values]
+                array = pa.array([bool(r.get(f.name)) for r in rows], pa.bool_())
             elif f.name in ("before_image", "after_image"):
-                values = [_map(v) for v in values]
-            columns.append(pa.array(values, _ARROW_TYPES.get(f.name, pa.string())))
+                array = _map_array([r.get(f.name) for r in rows])
+            else:
+                values = [r.get(f.name) for r in rows]
+                array = pa.array(values, _ARROW_TYPES.get(f.name, pa.string()))
+            columns.append(array)
             names.append(f.name)
         yield pa.RecordBatch.from_arrays(columns, names=names)
 
