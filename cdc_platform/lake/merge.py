@@ -49,7 +49,7 @@ _ATTEMPTS = 3
 COMPACT_AT = 32
 SMALL_FILE_FRACTION = 8  # a file under ROWS_PER_FILE / 8 rows is small
 # A batch of at most this many rows is sent whole to every task that reads a file of the table:
-# each task then rewrites the file it read, sorted within it, and the table is neither shuffled
+# each task then rewrites the file it read, in its order, and the table is neither shuffled
 # nor sorted. A larger batch is joined with the table's rows by a shuffle of both, and the rows
 # written are range-sorted anew.
 BROADCAST_ROWS = 200_000
@@ -238,9 +238,11 @@ def _rewrite(
     into files of ``ROWS_PER_FILE`` rows.
 
     ``kept``: the rows of ``rewritten`` as they are written again, one file's rows to a task
-    (``one_file_a_task``). Each task's rows are then sorted within it and written as the file
-    they came from, with no shuffle; ``rows`` (new rows, at most ``BROADCAST_ROWS``, and the
-    small files) go to files of their own, sorted in one task."""
+    (``one_file_a_task``), in the order the file holds them. Each task writes them as the file
+    they came from, with no shuffle and no sort: a file of a current table is sorted by key
+    (every write sorts, or keeps a file's order), and a broadcast join keeps the order of the
+    rows it streams. ``rows`` (new rows, at most ``BROADCAST_ROWS``, and the small files) go to
+    files of their own, sorted in one task."""
     spark = rows.sparkSession
     schema = C.evolve(spark, uri, C.arrow_of(rows))
     out = C.conform(rows, schema)
@@ -253,7 +255,7 @@ def _rewrite(
     if kept is None:
         out = C.sorted_by_key(out, key, rows_hint)
     else:
-        out = C.conform(kept, schema).unionByName(out.coalesce(1)).sortWithinPartitions(*key)
+        out = C.conform(kept, schema).unionByName(out.coalesce(1).sortWithinPartitions(*key))
     adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
     removes = data_files.removes(add_actions(dt), rewritten)
     return C.commit(
@@ -581,4 +583,7 @@ def delete_rows(
             marked.unpersist()
         return deleted
 
-    return _retrying(attempt)
+    # A file's rows rewritten in one task, as one file: a sorted file stays sorted, its range
+    # its own (packed into one task, several files would be written as one, unsorted).
+    with one_file_a_task(spark):
+        return _retrying(attempt)

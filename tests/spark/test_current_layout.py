@@ -117,6 +117,22 @@ def test_a_rewritten_file_keeps_its_key_range_and_new_keys_get_a_file(spark, tmp
     assert _table(uri)[ranges[3][1]] == f"2-{ranges[3][1]}"
 
 
+def test_a_delete_writes_each_file_again_as_itself(spark, tmp_path):
+    # A truncate or a tombstone purge deletes rows: each file keeps its order and its range, so
+    # a later merge by file (which keeps a file's order) finds the table still sorted.
+    uri = str(tmp_path / "cur")
+    _upsert(spark, uri, _rows(range(0, 40_000, 2), 1))
+    ranges = _ranges(uri)
+    assert lake.delete_rows(spark, uri, F.col("id") % 3 == 0) == len(range(0, 40_000, 6))
+    after = _ranges(uri)
+    assert len(after) == len(ranges)
+    assert all(lo <= a and b <= hi for (lo, hi), (a, b) in zip(ranges, after, strict=True))
+    for path in DeltaTable(uri).file_uris():
+        ids = pq.read_table(path.removeprefix("file://"))["id"].to_pylist()
+        assert ids == sorted(ids)
+    assert sorted(_table(uri)) == [i for i in range(0, 40_000, 2) if i % 3]
+
+
 def test_merges_are_right_on_an_unsorted_table(spark, tmp_path):
     # A table written before the layout existed: random order, overlapping file ranges.
     uri = str(tmp_path / "cur")
