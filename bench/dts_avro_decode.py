@@ -15,15 +15,19 @@ batches of the raw schema, ``--batch`` rows each (Spark's default ``maxRecordsPe
 import argparse
 import base64
 import cProfile
-import io
 import json
 import pstats
 import statistics
 import time
 
-import fastavro
 import pyarrow as pa
-from formats import NS, T0, dts_avro_, stream  # bench/ is the script's folder, on sys.path
+from formats import (
+    NS,
+    T0,
+    dts_avro_,
+    dts_record,
+    stream,
+)  # bench/ is the script's folder, on sys.path
 
 from cdc_platform.formats import dts_avro
 from cdc_platform.ingest.landing import RAW_SCHEMA
@@ -53,22 +57,11 @@ def _wide_image(i: int, k: int) -> list:
 
 def wide(i: int, op: str, k: int) -> bytes:
     """A MySQL row change of WIDE_FIELDS; updates carry both images."""
-    ts = (T0 + i) // 1000
     before = _wide_image(i - 1, k) if op in ("u", "d") else None
     after = _wide_image(i, k) if op in ("c", "u") else None
-    rec = {
-        "version": 0, "id": 1000 + i, "sourceTimestamp": ts,
-        "sourcePosition": f"{4000 + i * 100}@3", "safeSourcePosition": f"{4000 + i * 100}@3",
-        "sourceTxid": "0", "source": {"sourceType": "MySQL", "version": "8.0.28"},
-        "operation": {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}[op],
-        "objectName": "inventory.customers", "processTimestamps": None,
-        "tags": {"pk_uk_info": '{"PRIMARY":["id"]}'},
-        "fields": [{"name": n, "dataTypeNumber": c} for n, c in WIDE_FIELDS],
-        "beforeImages": before, "afterImages": after, "bornTimestamp": ts * 1000 + i % 1000,
-    }  # fmt: skip
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, dts_avro.parsed_schema(), rec)
-    return buf.getvalue()
+    fields = [{"name": n, "dataTypeNumber": c} for n, c in WIDE_FIELDS]
+    born = (T0 + i) // 1000 * 1000 + i % 1000  # in ms, within the source second
+    return dts_record(i, op, "customers", fields, before, after, born)
 
 
 def messages(events: int, keys: int, wide_rows: bool) -> list[bytes]:

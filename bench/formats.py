@@ -203,23 +203,33 @@ def _avro_image(img: dict | None) -> list | None:
     ]
 
 
-def dts_avro_(e: Event) -> Iterator[str]:
-    i, op, _, before, after = e
+def dts_record(
+    i: int, op: str, table: str, fields: list, before: list | None, after: list | None,
+    born: int | None = None,
+) -> bytes:  # fmt: skip
+    """Event ``i`` as one DTS Avro Record: a MySQL row change of ``inventory.<table>``, keyed by
+    ``id``, with ``fields`` and the two images (lists of union values); ``born``: the
+    ``bornTimestamp`` (default: the source timestamp, in seconds)."""
     ts = (T0 + i) // 1000
     rec = {
         "version": 0, "id": 1000 + i, "sourceTimestamp": ts,
         "sourcePosition": f"{4000 + i * 100}@3", "safeSourcePosition": f"{4000 + i * 100}@3",
         "sourceTxid": "0", "source": {"sourceType": "MySQL", "version": "8.0.28"},
         "operation": {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}[op],
-        "objectName": "inventory.orders", "processTimestamps": None,
-        "tags": {"pk_uk_info": '{"PRIMARY":["id"]}'}, "fields": AVRO_FIELDS,
-        "beforeImages": _avro_image(before), "afterImages": _avro_image(after),
-        "bornTimestamp": ts,
+        "objectName": f"inventory.{table}", "processTimestamps": None,
+        "tags": {"pk_uk_info": '{"PRIMARY":["id"]}'}, "fields": fields,
+        "beforeImages": before, "afterImages": after, "bornTimestamp": ts if born is None else born,
     }  # fmt: skip
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, AVRO_SCHEMA, rec)
+    return buf.getvalue()
+
+
+def dts_avro_(e: Event) -> Iterator[str]:
+    i, op, _, before, after = e
+    value = dts_record(i, op, "orders", AVRO_FIELDS, _avro_image(before), _avro_image(after))
     env = {"topic": "dts", "partition": 0, "offset": i, "timestamp": T0 + i,
-           "value_b64": base64.b64encode(buf.getvalue()).decode()}  # fmt: skip
+           "value_b64": base64.b64encode(value).decode()}  # fmt: skip
     yield _j(env)
 
 
