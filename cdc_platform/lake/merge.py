@@ -546,10 +546,14 @@ def delete_rows(
     condition: Column,
     state: TableState | None = None,
     only_dates: list[str] | None = None,
+    by_file: bool = False,
 ) -> int:
     """Delete the rows matching ``condition`` by rewriting the files that hold one (only the
     files of the ``ingest_date`` partitions ``only_dates`` are read, when given); returns rows
-    deleted. Records ``state`` (when given) even when nothing matched."""
+    deleted. Records ``state`` (when given) even when nothing matched. ``by_file``: each file
+    is rewritten as itself, in its own task, so a sorted file stays sorted and keeps its key
+    range (a current table's: its files are few); else Spark may pack several small files into
+    one task and write them as one."""
     if not exists(uri):
         return 0
 
@@ -583,7 +587,5 @@ def delete_rows(
             marked.unpersist()
         return deleted
 
-    # A file's rows rewritten in one task, as one file: a sorted file stays sorted, its range
-    # its own (packed into one task, several files would be written as one, unsorted).
-    with one_file_a_task(spark):
+    with one_file_a_task(spark) if by_file else nullcontext():
         return _retrying(attempt)

@@ -177,6 +177,7 @@ def merge_current(
             cur_uri,
             gone,
             replace(state, truncated_before=truncated_before, rows=[live, deleted]),
+            by_file=True,
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
     # At most the batch's rows: one newest row a key, and the rebuilt keys are the batch's own
@@ -238,7 +239,7 @@ def merge_current(
         old = F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff))
         expired = lake.read(spark, cur_uri).where(old).count()
         purged = lake.delete_rows(
-            spark, cur_uri, old, replace(new_state, rows=[live, deleted - expired])
+            spark, cur_uri, old, replace(new_state, rows=[live, deleted - expired]), by_file=True
         )
         deleted -= purged
     version = lake.version(cur_uri)
