@@ -4,15 +4,19 @@ continuous run's micro-batch is mostly jobs over a few dozen rows.
 It runs the demo catalog's continuous job of one source (`shop` by default: two tables, one
 with history) in this process on a local Spark, one micro-batch per batch of demo traffic, and
 counts the Spark jobs each step started (Spark's status tracker; with adaptive query execution
-each shuffle stage is a job of its own) and the seconds it took. The first micro-batch also pays
-for imports and code generation: the median is over the others.
+each shuffle stage is a job of its own) and the seconds it took, and the jobs of each timed
+phase within the steps. The first micro-batch also pays for imports and code generation: the
+median is over the others.
 
     .venv/bin/python bench/micro_batch_jobs.py [--source shop] [--batches 6]
 """
 
 import argparse
+import atexit
+import contextlib
 import datetime as dt
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,12 +34,33 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=6)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="micro-batch-jobs-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     os.environ.update(
         CDC_WAREHOUSE=str(work / "warehouse"),
         CDC_LANDING=str(work / "landing"),
         CDC_REPORTS=str(work / "reports"),
     )
     import dagster as dg
+
+    from cdc_platform import timings
+
+    # Jobs per phase too: every module takes ``phase`` from timings at import, so it is
+    # wrapped before they are imported.
+    by_phase: Counter[str] = Counter()
+    phase = timings.phase
+
+    @contextlib.contextmanager
+    def counting_phase(name: str):
+        before = jobs() if tracker else 0
+        with phase(name):
+            try:
+                yield
+            finally:
+                if tracker:
+                    by_phase[name] += jobs() - before
+
+    timings.phase = counting_phase
+    tracker = None
 
     from cdc_platform.catalog import ContinuousConfig, load_catalog
     from cdc_platform.defs import continuous
@@ -87,10 +112,11 @@ def main() -> None:
     counted(continuous.outputs, "changelog", "change logs' metadata")
 
     day = dt.date.today().isoformat()
-    totals, seconds, steps, step_seconds = [], [], [], []
+    totals, seconds, steps, phases, step_seconds = [], [], [], [], []
     for batch in range(args.batches):
         write_demo_traffic(catalog.landing_path, batch=batch, date=day)
         by_step.clear()
+        by_phase.clear()
         seconds_by_step.clear()
         before, started = jobs(), time.monotonic()
         with dg.instance_for_test() as instance:
@@ -98,6 +124,7 @@ def main() -> None:
         totals.append(jobs() - before)
         seconds.append(time.monotonic() - started)
         steps.append(dict(by_step))
+        phases.append(dict(by_phase))
         step_seconds.append(dict(seconds_by_step))
         print(f"micro-batch {batch}: {totals[-1]} Spark jobs, {seconds[-1]:.1f} s", flush=True)
     if args.batches < 2:
@@ -114,6 +141,9 @@ def main() -> None:
         secs = statistics.median(d.get(step, 0.0) for d in later_seconds)
         print(f"  {jobs_:4.0f}  {secs:7.2f}  {step}")
     print(f"  {statistics.median(rest):4.0f}           the rest")
+    print("  jobs  phase (within the steps)")
+    for name in dict.fromkeys(n for d in phases[1:] for n in d):
+        print(f"  {statistics.median(d.get(name, 0) for d in phases[1:]):4.0f}  {name}")
 
 
 if __name__ == "__main__":
