@@ -71,6 +71,7 @@ from cdc_platform.lake.tables import (
     files_removed_since,
     image_types,
     max_stat,
+    may_hold_truncates,
     partition_row_counts,
     quoted,
     read,
@@ -94,6 +95,7 @@ __all__ = [
     "kafka_stored_offsets", "max_stat", "normalized_raw_version",
     "overwrite_partitions", "partition_row_counts", "properties", "quoted", "read", "read_arrow",
     "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
-    "stat_range", "state", "TableRef", "TableState", "tables_under", "upsert_newer", "vacuum",
+    "may_hold_truncates", "stat_range", "state", "TableRef", "TableState",
+    "tables_under", "upsert_newer", "vacuum",
     "version",
 ]  # fmt: skip

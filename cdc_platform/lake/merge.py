@@ -56,6 +56,9 @@ BROADCAST_ROWS = 200_000
 # ...when the files that may hold its keys have more rows than this: fewer are shuffled at less
 # cost than the by-file merge's extra Spark jobs (a broadcast each).
 BY_FILE_ABOVE_ROWS = 100_000
+# A table of at most this many rows is read whole: pruning its files by their key ranges would
+# cost a Spark job, more than reading them (a small micro-batch's merge runs a few dozen jobs).
+PRUNE_ABOVE_ROWS = 100_000
 
 
 def broadcastable(batch_rows: int | None, table_rows: int) -> bool:
@@ -93,10 +96,12 @@ def one_file_a_task(spark: SparkSession) -> Iterator[None]:
 def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column: str) -> list[str]:
     """Files (paths relative to the table) that may hold a row whose ``column`` is one of
     ``keys``' values (null-safe): those whose [min, max] holds one, those holding nulls in it,
-    and those without statistics."""
+    and those without statistics; every file of a table of at most ``PRUNE_ABOVE_ROWS`` rows."""
     actions = add_actions(dt)
     if actions.num_rows == 0:
         return []
+    if sum(n or 0 for n in actions["num_records"].to_pylist()) <= PRUNE_ABOVE_ROWS:
+        return actions["path"].to_pylist()
     low, high, nulls = f"min.{column}", f"max.{column}", f"null_count.{column}"
     if not {low, high, nulls} <= set(actions.column_names):
         return actions["path"].to_pylist()

@@ -287,6 +287,30 @@ def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[A
     return pc.min(actions[low]).as_py(), pc.max(actions[high]).as_py()
 
 
+def may_hold_nulls(uri: str, column: str, files: list[str] | None = None) -> bool:
+    """Whether a data file of the snapshot (or of ``files``, as ``files`` names them) may hold
+    a null in ``column`` (``a.b``: field ``b`` of struct ``a``): False only when every one's
+    statistics count none. From the log alone."""
+    if not exists(uri):
+        return False
+    actions = add_actions(DeltaTable(uri))
+    nulls = f"null_count.{column}"
+    if nulls not in actions.column_names:
+        return actions.num_rows > 0
+    counts = actions[nulls].to_pylist()
+    if files is not None:
+        wanted = {local_path(f) for f in files}
+        paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
+        counts = [n for p, n in zip(paths, counts, strict=True) if p in wanted]
+    return any(n is None or n > 0 for n in counts)
+
+
+def may_hold_truncates(uri: str, key: list[str], files: list[str] | None = None) -> bool:
+    """Whether files of change log ``uri`` (``may_hold_nulls``' ``files``) may hold a truncate:
+    a truncate has no key, so files whose statistics count no null key hold none."""
+    return may_hold_nulls(uri, f"key.{key[0]}", files)
+
+
 def row_count(uri: str, only_files: list[str] | None = None) -> int:
     """Rows in the table's snapshot (or in ``only_files`` of it, as ``files`` names them), from
     the file statistics (reads no data)."""

@@ -71,8 +71,12 @@ def _rebuild_keys(
 
     ``current``: the current table's rows of the batch's keys (``lake.rows_of_keys``)."""
     wanted = []
+    fragile = None
     if C.PARTIAL_NEWEST_COL in current.columns:
         fragile = current.where(F.col(C.PARTIAL_NEWEST_COL)).select(*key)
+    # Mostly the table holds no partial row of these keys: asked of the few rows held, that
+    # spares the batch's join with them.
+    if fragile is not None and not fragile.isEmpty():
         wanted.append(newest.select(*key).join(fragile, key, "left_semi"))
     if removed is not None:
         wanted.append(history.touched_keys(removed, key).select("key.*"))
@@ -149,9 +153,10 @@ def merge_current(
         # What was applied can no longer be told apart (vacuumed versions), or a reprocessed
         # partition took a truncate away: only a rebuild from the whole change log is exact.
         full_refresh, state, applied, removed = True, lake.TableState(), None, None
-        batch = lake.read(spark, cl_uri)
+        batch, new_files = lake.read(spark, cl_uri), None
     with phase("merge.truncates"):
-        truncate = apply.latest_truncate(batch)
+        truncating = lake.may_hold_truncates(cl_uri, key, new_files)
+        truncate = apply.latest_truncate(batch) if truncating else None
     truncated_before = max(filter(None, [state.truncated_before, truncate]), default=None)
     new_state = lake.TableState(
         key=key, changelog_version=cl_version, truncated_before=truncated_before

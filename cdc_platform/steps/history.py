@@ -59,10 +59,13 @@ def update_history(
     tracked = table.tracked_columns([c for c in lake.image_types(cl_uri) if c not in key])
     changes = _changes_since(spark, cl_uri, applied, state)
     if changes is None:  # first run, full refresh, or old files vacuumed: count them all
-        counts = history.truncate_counts(lake.read(spark, cl_uri))
+        counts = Counter()
+        if lake.may_hold_truncates(cl_uri, key):
+            counts = history.truncate_counts(lake.read(spark, cl_uri))
     else:
         counts = _recorded_truncates(state)
-        counts.update(history.truncate_counts(changes.added, changes.gone))
+        if changes.gone is not None or lake.may_hold_truncates(cl_uri, key, changes.added_files):
+            counts.update(history.truncate_counts(changes.added, changes.gone))
     truncates = history.truncates_of(counts)
     bounds = lake.stat_range(cl_uri, "sequence")
     new_state = lake.TableState(
