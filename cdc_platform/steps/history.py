@@ -91,8 +91,12 @@ def update_history(
     added, gone = changes.added, changes.gone
     touched = added if gone is None else added.unionByName(gone)
     affected = history.touched_keys(touched, key)
-    old = lake.read(spark, h_uri).join(affected.select("key.*"), key, "left_semi")
-    old = old.persist(PERSIST_LEVEL)  # the touched keys' rows: read by every step below
+    # The touched keys' rows, read by every step below: only the files whose key range may
+    # hold one are read, so a run costs what its batch touches, not the history.
+    columns = [c for c in lake.arrow_schema(h_uri).names if c not in key]
+    keys = affected.select("key.*")
+    old = lake.rows_of_keys(spark, h_uri, keys, key, columns).drop(lake.FILE_COLUMN)
+    old = old.persist(PERSIST_LEVEL)
     new = None
     try:
         if _in_order(cl_uri, changes, state):
