@@ -176,11 +176,12 @@ def rows_of_keys(
     Only the files that may hold one of the keys are read (``known``, when they were found
     already for this version). ``few``: the keys are sent to the tasks reading the files, and
     the table is not shuffled."""
-    rows = _targets(spark, uri, DeltaTable(uri), keys, key, known)
+    dt = DeltaTable(uri)
+    rows = _targets(spark, uri, dt, keys, key, known)
+    have = {*pa.schema(dt.schema()).names, FILE_COLUMN}  # the read's columns, from the log
+    chosen = [F.col(f"`{c}`") for c in [*key, *columns, FILE_COLUMN] if c in have]
     wanted = keys.select(*[F.col(f"`{k}`") for k in key])
-    return rows.select(
-        *[F.col(f"`{c}`") for c in [*key, *columns, FILE_COLUMN] if c in rows.columns]
-    ).join(F.broadcast(wanted) if few else wanted, key, "left_semi")
+    return rows.select(*chosen).join(F.broadcast(wanted) if few else wanted, key, "left_semi")
 
 
 def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:

@@ -90,7 +90,8 @@ def _outputs(
     for outcome, uris in layers:
         for uri in uris:
             df = _read(spark, uri, dates, written)
-            if df is not None and set(COORDINATES) <= set(df.columns):
+            # The columns from the log: asking Spark Connect would be a round trip.
+            if df is not None and set(COORDINATES) <= set(lake.arrow_schema(uri).names):
                 yield outcome, df.select(coordinate_key().alias("__coord"))
 
 

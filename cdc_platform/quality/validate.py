@@ -147,12 +147,14 @@ def validate(
     started = time.monotonic()
     rows: int | None = None
     data: Any = frame
+    names = None  # the frame's columns, from the Arrow batch when there is one
     if isinstance(frame, pd.DataFrame):
         engine, rows = "pandas", len(frame)
     elif engine in ("auto", "pandas"):
         limit = PANDAS_MAX_ROWS + 1 if engine == "auto" else None
         with phase("checks/frame"):
             arrow = (frame.limit(limit) if limit else frame).toArrow()
+        names = arrow.column_names  # frame.columns would be a round trip on Spark Connect
         if limit is None or arrow.num_rows < limit:
             # object columns for integers with nulls: samples keep 7, not 7.0
             data = arrow.to_pandas(integer_object_nulls=True)
@@ -165,6 +167,7 @@ def validate(
             for r in suite.rules.values()
         ]
         return SuiteRun(name, batch, rules, None, time.monotonic() - started, engine, 0, {})
+    names = frame.columns if names is None else names
     cached = engine == "spark"
     if cached:
         data = frame.persist(PERSIST_LEVEL)
@@ -184,9 +187,7 @@ def validate(
                 result_format={
                     "result_format": "SUMMARY",
                     "partial_unexpected_count": SAMPLE_ROWS,
-                    "unexpected_index_column_names": [
-                        c for c in index_columns if c in frame.columns
-                    ],
+                    "unexpected_index_column_names": [c for c in index_columns if c in names],
                 },
             )
         run_id = RunIdentifier(run_name=batch)  # the run's name in the Data Docs
