@@ -59,6 +59,11 @@ def _event_time(value: Column) -> Column:
     )
 
 
+def _image(record: Column) -> Column:
+    """The table's own columns of a record: the row image."""
+    return F.map_filter(record, lambda k, _: ~k.isin(*META_COLUMNS))
+
+
 def _table_parts(qualified: Column, fallback: Column) -> tuple[Column, Column, Column]:
     """(database, schema, table) of ``db.table``, ``db.schema.table`` or ``table``."""
     name = F.when(F.trim(qualified) != "", F.trim(qualified))
@@ -78,7 +83,6 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     seq_id = rec[SEQUENCE_ID]
     before_flag = F.coalesce(rec[BEFORE_IMAGE] == "Y", F.lit(False))
     after_flag = F.coalesce(rec[AFTER_IMAGE] == "Y", F.lit(False))
-    image = F.map_filter(rec, lambda k, _: ~k.isin(*META_COLUMNS))
     database, schema, table = _table_parts(rec[SOURCE_TABLE], F.col("topic"))
     df = df.withColumn("_seq", sequence_of(seq_id))
 
@@ -87,9 +91,15 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     after_half = F.coalesce(is_update & after_flag, F.lit(False))
     usable = (F.col("_seq") != FULL_LOAD_SEQUENCE) & table.isNotNull()  # not full-load ids
     df = pair_halves(
-        df, before_half & usable, after_half & usable,
-        [database, schema, table, F.col("_seq")], image,
-    )  # fmt: skip
+        df,
+        before_half & usable,
+        after_half & usable,
+        [database, schema, table, F.col("_seq")],
+        "_rec",
+    )
+    # Staged after the pairing (the shuffle carries the record once): read three times below.
+    df = df.withColumn("_image", _image(rec))
+    image = F.col("_image")
 
     seq_text = F.coalesce(seq_id, F.lit("null"))
     reason = (
@@ -159,7 +169,9 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         schema.alias("schema"),
         table.alias("table"),
         row_id_key(image, ("#alibaba_rds_row_id#",)).alias("key_columns"),
-        F.when(op == "D", image).when(after_half, F.col("_pair_before")).alias("before_image"),
+        F.when(op == "D", image)
+        .when(after_half, _image(F.col("_pair_record")))
+        .alias("before_image"),
         F.when((op == "I") | after_half, image).alias("after_image"),
         F.lit(False).alias("after_partial"),
         F.lit(None).cast(T.StringType()).alias("value_schema"),

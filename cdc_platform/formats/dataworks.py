@@ -143,25 +143,32 @@ def pair_halves(
     before_half: Column,
     after_half: Column,
     pair_key: list[Column],
-    before_image: Column,
+    record: str,
 ) -> DataFrame:
     """Pair the two halves of updates sent as two messages, over the whole batch.
 
-    Adds ``_pair_before`` (the before image of the pair's before half, the first by raw position
-    if repeated) and ``_pair_after`` (true when the pair has an after half). One window: halves
-    are partitioned by ``pair_key``, every other message by its own raw coordinates, so the window
-    never gathers unrelated messages (a full load shares one sequence id) into one partition.
+    Adds ``_pair_record`` (the ``record`` column of the pair's before half, the first by raw
+    position if repeated; the caller takes its before image from it) and ``_pair_after`` (true
+    when the pair has an after half). One window: halves are partitioned by ``pair_key``, every
+    other message by its own raw coordinates, so the window never gathers unrelated messages (a
+    full load shares one sequence id) into one partition.
     """
-    half = before_half | after_half
+    df = df.withColumns({"_before_half": before_half, "_after_half": after_half})
+    before, after = F.col("_before_half"), F.col("_after_half")
+    half = before | after
     coords = coordinates(df)
-    window = Window.partitionBy(
-        *[F.when(half, k) for k in pair_key], *[F.when(~half, F.col(c)) for c in coords]
-    )
-    position = F.struct(*[F.col(c) for c in coords])
-    return df.withColumn(
-        "_pair_before",
-        F.min_by(F.when(before_half, before_image), F.when(before_half, position)).over(window),
-    ).withColumn("_pair_after", F.coalesce(F.max(after_half).over(window), F.lit(False)))
+    group = [*[F.when(half, k) for k in pair_key], *[F.when(~half, F.col(c)) for c in coords]]
+    # A hash of the group first: the window's sort then mostly compares one long.
+    window = Window.partitionBy(F.xxhash64(*group), *group)
+    position = F.when(before, F.struct(*[F.col(c) for c in coords]))
+    # Both in one withColumns: one window, so one shuffle. The record itself, not an image taken
+    # from it, so the shuffle does not carry the image twice.
+    return df.withColumns(
+        {
+            "_pair_record": F.min_by(F.col(record), position).over(window),
+            "_pair_after": F.coalesce(F.max(after).over(window), F.lit(False)),
+        }
+    ).drop("_before_half", "_after_half")
 
 
 def event_millis(*candidates: Column) -> Column:
@@ -208,7 +215,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     )
     after_half = F.coalesce((op == "UPDATE_AFTER") & usable & after.isNotNull(), F.lit(False))
     df = pair_halves(
-        df, before_half, after_half, [src.dbName, src.schemaName, table, F.col("_seq")], before
+        df, before_half, after_half, [src.dbName, src.schemaName, table, F.col("_seq")], "_top"
     )
 
     is_before_op = op.isin(*UPDATE_BEFORE_OPS)
@@ -303,7 +310,10 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         src.schemaName.alias("schema"),
         table.alias("table"),
         key_columns.alias("key_columns"),
-        F.when(op == "UPDATE_AFTER", F.coalesce(before, F.col("_pair_before")))
+        F.when(
+            op == "UPDATE_AFTER",
+            F.coalesce(before, F.col("_pair_record.payload.before.dataColumn")),
+        )
         .otherwise(before)
         .alias("before_image"),
         after.alias("after_image"),
