@@ -34,7 +34,9 @@ def touched_keys(changelog: DataFrame, key: list[str]) -> DataFrame:
     """The keys (one struct column ``key``) whose history events in ``changelog`` can change:
     each change's key and, for a key change, the key it moved away from."""
     moved = F.when(_complete(key), _before_key(changelog, key))
-    both = F.filter(F.array(F.col("key"), moved), lambda k: k.isNotNull())
+    # array_compact, not a filter with a lambda: Spark's generated code names a lambda's
+    # variable, which PySpark numbers anew each time, so each micro-batch compiled it again.
+    both = F.array_compact(F.array(F.col("key"), moved))
     return changelog.select(F.explode(both).alias("key"))
 
 
@@ -242,7 +244,7 @@ def _events(
             )
         )
     events = changelog.where(op.isin(*_ROW_OPS)).select(
-        F.inline(F.filter(F.array(*produced), lambda e: e.isNotNull()))
+        F.inline(F.array_compact(F.array(*produced)))
     )  # fmt: skip
     if keys is not None:
         events = events.join(keys.select(F.col("key").alias("__k")), "__k", "left_semi")
