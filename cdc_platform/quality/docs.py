@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from cdc_platform.quality import pages, vendor
 from cdc_platform.quality.validate import SuiteRun
 
@@ -90,14 +92,24 @@ def publish(
 ) -> dict[str, Path]:
     """Store ``runs`` in the reports folder and update their pages of the site (``rebuild``:
     the whole site). Returns each suite's validation page."""
+    keep = kept_per_suite()
+    # Runs of different sources publish at once: GX's config file, the stored results and our
+    # index are shared, and a context read while another run writes its config fails to load.
+    Path(reports).mkdir(parents=True, exist_ok=True)
+    with FileLock(Path(reports) / ".publish.lock"):
+        return _publish(runs, Path(reports), keep, rebuild)
+
+
+def _publish(
+    runs: list[tuple[SuiteRun, Subject]], reports: Path, keep: int, rebuild: bool
+) -> dict[str, Path]:
     import great_expectations as gx
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,
         ValidationResultIdentifier,
     )
 
-    keep = kept_per_suite()
-    context = _context(Path(reports))
+    context = _context(reports)
     site = site_dir(reports)
     ids: list[Any] = []
     published: dict[str, Path] = {}
