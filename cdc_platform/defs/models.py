@@ -8,6 +8,7 @@ from cdc_platform.defs.keys import model_key
 from cdc_platform.defs.metadata import table_schema
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import MODELS
+from cdc_platform.defs.transient import retried_if_transient
 from cdc_platform.models.build import build_model
 from cdc_platform.models.checks import run_tests
 from cdc_platform.models.project import (
@@ -92,15 +93,19 @@ def build_model_asset(project: Project, model: Model, cron: str | None) -> dg.As
         metadata={"dagster/column_schema": _column_schema(model)} if model.columns else None,
     )
     def sql_model(
-        config: ModelBuildConfig, spark: SparkResource, lake: LakeResource
+        context: dg.AssetExecutionContext,
+        config: ModelBuildConfig,
+        spark: SparkResource,
+        lake: LakeResource,
     ) -> dg.MaterializeResult:
-        built = build_model(
-            spark.spark_session,
-            lake.warehouse_path,
-            project,
-            model.name,
-            full_refresh=config.full_refresh,
-        )
+        with retried_if_transient(context, spark):  # a Spark server restarted under the build
+            built = build_model(
+                spark.spark_session,
+                lake.warehouse_path,
+                project,
+                model.name,
+                full_refresh=config.full_refresh,
+            )
         metadata: dict[str, object] = {
             "dagster/row_count": built.rows,
             "dagster/column_schema": _column_schema(model, built.schema),
@@ -145,7 +150,10 @@ def build_model_checks(
         context: dg.AssetCheckExecutionContext, spark: SparkResource, lake: LakeResource
     ):
         only = {k.name for k in context.selected_asset_check_keys}
-        outcomes = run_tests(spark.spark_session, lake.warehouse_path, project, model.name, only)
+        with retried_if_transient(context, spark):
+            outcomes = run_tests(
+                spark.spark_session, lake.warehouse_path, project, model.name, only
+            )
         for o in outcomes:
             yield dg.AssetCheckResult(
                 asset_key=key,

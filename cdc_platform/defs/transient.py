@@ -71,7 +71,9 @@ def reset_if_spark_gone(error: BaseException, spark: object = None) -> None:
 
 
 @contextmanager
-def retried_if_transient(context: dg.AssetExecutionContext, spark: object = None) -> Iterator[None]:
+def retried_if_transient(
+    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, spark: object = None
+) -> Iterator[None]:
     """Turn a transient failure of the block into a retry of the step (``dg.RetryRequested``),
     with one line naming the cause; other failures pass through. ``spark``: the run's
     ``SparkResource``, whose session is dropped when the server was the cause."""

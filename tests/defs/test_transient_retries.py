@@ -140,3 +140,27 @@ def test_dagster_retries_a_transient_failure_and_not_a_deterministic_one(tmp_pat
     assert not result.success and attempts == [0, 1, 2]  # two retries, then it fails
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert "lost a race" in failure.message and "still after 2 retries" in failure.message
+
+
+def test_an_asset_check_retries_a_transient_failure(tmp_path, monkeypatch):
+    """The SQL models' tests are asset checks (defs/models.py): a Spark server restarted under
+    them is retried as under a source's steps."""
+    monkeypatch.setattr(transient, "RETRY_SECONDS", (0, 0))
+    race = _lost_race(tmp_path)
+    attempts: list[int] = []
+
+    @dg.asset
+    def model() -> int:
+        return 1
+
+    @dg.asset_check(asset=model)
+    def model_test(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        with transient.retried_if_transient(context):
+            attempts.append(context.retry_number)
+            if len(attempts) == 1:
+                raise race
+            return dg.AssetCheckResult(passed=True)
+
+    result = dg.materialize([model, model_test])
+    assert result.success and attempts == [0, 1]
+    assert [e.passed for e in result.get_asset_check_evaluations()] == [True]
