@@ -7,8 +7,8 @@ catalog: Debezium change events over a bounded key space, written as landing fil
 reference state (id -> last row) the events lead to.
 
 Each test keeps the traffic flowing, injects one fault, and measures the recovery: the seconds
-from the fault until both sources' current tables show an event written after it, with a lag
-(now - the newest event they show) of at most 30 s. It then stops the traffic, waits for the
+from the fault until each source's current table has shown an event written after it, with a lag
+(now - the newest event it shows) of at most LAG_S. It then stops the traffic, waits for the
 stack to drain, and checks that nothing was lost or duplicated: each current table equals the
 reference state, and raw holds every message produced exactly once, each with an outcome (change
 log, control, DDL or quarantine). The recovery times are not asserted (the bound below is a
@@ -58,7 +58,10 @@ pytestmark = [pytest.mark.faults, pytest.mark.jvm]
 RATE = 100  # events/s, half to each source
 KEYS = 2_000  # per source: many updates and deletes of the same keys
 FILE_EVERY = 2.0  # seconds between landing files
-LAG_S = 30.0  # recovered: the tables show an event written after the fault, at most this old
+# Recovered: a source's table shows an event written after the fault, at most this old. A run
+# per batch commits what it read 25-40 s before on the 2-core machine under this traffic (lag
+# sawing between about 25 and 65 s, 2026-11-28), so 30 s was met only when a run was quick.
+LAG_S = 45.0
 RECOVERY_TIMEOUT = 300.0
 DRAIN_TIMEOUT = 300.0
 BROKER_STOPPED_S = 30.0
@@ -111,19 +114,21 @@ class Live:
         )
 
     def recovery(self, since: float, timeout: float = RECOVERY_TIMEOUT) -> float:
-        """Seconds from ``since`` (epoch) until every source's current table shows an event
-        written after it, at most LAG_S old."""
+        """Seconds from ``since`` (epoch) until every source's current table has shown an event
+        written after it, at most LAG_S old. Each source on its own: their runs commit at
+        different moments, and both fresh at one instant is luck, not recovery."""
+        caught_up: dict[str, float] = {}
 
         def recovered() -> bool:
-            now_ms = time.time() * 1000
-            for source in SOURCES:
+            now = time.time()
+            for source in set(SOURCES) - set(caught_up):
                 shown = position_ms(self.warehouse, source)
-                if shown is None or shown < since * 1000 or now_ms - shown > LAG_S * 1000:
-                    return False
-            return True
+                if shown is not None and shown >= since * 1000 and now - shown / 1000 <= LAG_S:
+                    caught_up[source] = now
+            return len(caught_up) == len(SOURCES)
 
         self.wait_for(recovered, timeout, "not recovered")
-        return time.time() - since
+        return max(caught_up.values()) - since
 
     def drained_and_exact(self) -> dict[str, dict]:
         """After the traffic: wait until each source has taken every message and no run of it is
