@@ -4,8 +4,7 @@ Runs the suite (one live stack under traffic, one fault per test, the tables che
 generator's reference state after each) with CDC_FAULT_REPORT set, and prints, per fault, the
 seconds from the fault until each source's current table has shown an event written after it
 with a lag of at most 45 s (30 s and both at once until 2026-11-28), beside the same measure with
-no fault. The suite's pass or failure is its
-exit status.
+no fault. The suite's pass or failure is its exit status.
 
     .venv/bin/python bench/faults.py [-k <pytest expression>]
 """

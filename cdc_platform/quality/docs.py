@@ -95,9 +95,10 @@ def publish(
     keep = kept_per_suite()
     # Runs of different sources publish at once: GX's config file, the stored results and our
     # index are shared, and a context read while another run writes its config fails to load.
-    Path(reports).mkdir(parents=True, exist_ok=True)
-    with FileLock(Path(reports) / ".publish.lock"):
-        return _publish(runs, Path(reports), keep, rebuild)
+    reports = Path(reports)
+    reports.mkdir(parents=True, exist_ok=True)
+    with FileLock(reports / ".publish.lock"):
+        return _publish(runs, reports, keep, rebuild)
 
 
 def _publish(

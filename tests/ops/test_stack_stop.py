@@ -27,7 +27,7 @@ from tests.ops.live_stack import runs as runs_of
 
 def _catalog(work: Path, broker_port: int) -> Path:
     """The demo catalog on ``work``, its Kafka source on the test's broker port, with a run per
-    batch (a run in flight at the stop is one that started in the stack's last seconds)."""
+    batch, so that the stop meets runs the queue launched, in a Spark step."""
     catalog = yaml.safe_load((ROOT / "sources.yaml").read_text())
     catalog["warehouse"], catalog["landing"] = str(work / "warehouse"), str(work / "landing")
     for source in catalog["sources"]:
