@@ -15,6 +15,8 @@ log; Spark reads and writes the data.
 from cdc_platform.lake.commit import (
     NORMALIZED_APP,
     ROWS_PER_FILE,
+    Pin,
+    TableMoved,
     append,
     append_normalized,
     normalized_raw_version,
@@ -93,9 +95,10 @@ __all__ = [
     "files_added_since", "files_between", "files_removed_since",
     "files_sharing_keys", "image_types", "kafka_app_id", "kafka_batches", "kafka_offsets",
     "kafka_stored_offsets", "max_stat", "normalized_raw_version",
-    "overwrite_partitions", "partition_row_counts", "properties", "quoted", "read", "read_arrow",
+    "overwrite_partitions", "partition_row_counts", "Pin", "properties", "quoted", "read",
+    "read_arrow",
     "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
-    "may_hold_truncates", "stat_range", "state", "TableRef", "TableState",
+    "may_hold_truncates", "stat_range", "state", "TableMoved", "TableRef", "TableState",
     "tables_under", "upsert_newer", "vacuum",
     "version",
 ]  # fmt: skip

@@ -5,7 +5,9 @@ them: removes of the files they replace, our ``cdc.state`` metadata, and the tra
 
 A commit is made against the version its inputs were read at; when another writer committed
 since, delta-rs's conflict check fails it (it removed a file we remove, or set a transaction
-id we set) rather than lose or double an update, and the written files are discarded.
+id we set) rather than lose or double an update, and the written files are discarded. A
+blind append (no file removed) commits over another writer's, so a step that counts from the
+table's state holds a ``Pin``: its commits carry a transaction id of their own.
 
 Schema changes go first, in commits of their own: a new column (nested ones too) is added to
 the table's schema; a wider type (int -> bigint, more decimal digits) rewrites the table with
@@ -13,10 +15,12 @@ it. Both leave the rows as they are, so a crash after them loses nothing.
 """
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,14 +41,42 @@ from cdc_platform.lake.tables import (
 # Delta transaction identifier of every table a normalize step writes: its version is the raw
 # table version the output reflects, so an appending rerun after a crash skips what is done.
 NORMALIZED_APP = "cdc.normalize"
+# Delta transaction identifier of every commit made under a ``Pin``: delta-rs's conflict check
+# fails a commit when a winning commit since its read version carries an id it carries too, so
+# two pinned writers of one table can never both commit from the same version.
+PINNED_APP = "cdc.pinned"
+
+
+class TableMoved(CommitFailedError):
+    """Another writer committed to a table since a step read what it decides from (``Pin``):
+    the step commits nothing more and runs again (a transient failure, as a lost race is)."""
+
+
+@dataclass
+class Pin:
+    """The version of a table a step read its state at (its live-row counts, what it applied),
+    moved on by the step's own commits only. Each write of the step checks it before reading,
+    and commits against it with ``PINNED_APP``: a commit of anyone else in between fails the
+    step with ``TableMoved``, instead of letting it record counts taken from a stale version."""
+
+    uri: str
+    version: int
+
+    def check(self, version: int) -> None:
+        if version != self.version:
+            raise TableMoved(
+                f"{self.uri} moved from version {self.version} to {version} under this step"
+            )
 
 
 def properties(
-    state: TableState | None = None, txns: dict[str, int] | None = None
+    state: TableState | None = None, txns: dict[str, int] | None = None, pinned: bool = False
 ) -> CommitProperties | None:
-    """Commit properties: ``state`` as ``cdc.state``, and transaction ids."""
+    """Commit properties: ``state`` as ``cdc.state``, and transaction ids (``PINNED_APP`` too,
+    when ``pinned``)."""
     custom = {STATE_KEY: state.to_json()} if state is not None else None
-    transactions = [Transaction(app, v) for app, v in sorted((txns or {}).items())]
+    txns = {**(txns or {}), **({PINNED_APP: 0} if pinned else {})}
+    transactions = [Transaction(app, v) for app, v in sorted(txns.items())]
     if not custom and not transactions:
         return None
     return CommitProperties(custom_metadata=custom, app_transactions=transactions or None)
@@ -60,10 +92,16 @@ def commit(
     read_version: int | None = None,
     props: CommitProperties | None = None,
     replace: bool = False,
+    pin: Pin | None = None,
 ) -> int:
     """Commit written files: create the table (``schema``), or add (and remove) files against
     ``read_version`` (the newest when None), or ``replace`` every file and the schema. The
-    written files are deleted when the commit fails. Returns the new version."""
+    written files are deleted when the commit fails. Returns the new version.
+
+    ``pin``: a commit of the step holding it, against its version (``props`` made with
+    ``pinned``); the pin moves to the version committed."""
+    if pin is not None:
+        pin.check(read_version)
     try:
         if not exists(uri) or replace:
             create_table_with_add_actions(
@@ -79,12 +117,18 @@ def commit(
     except BaseException:
         data_files.discard(uri, adds)
         raise
+    if pin is not None:
+        # Ours is the next version: any pinned commit since the read would have failed it. A
+        # commit of another kind in between leaves the pin behind, and the next check fails.
+        pin.version = read_version + 1
     return DeltaTable(uri).version()
 
 
-def record_state(uri: str, state: TableState) -> int:
+def record_state(uri: str, state: TableState, pin: Pin | None = None) -> int:
     """A commit of ``state`` alone (a step that changed no row still records what it read)."""
-    return commit(uri, [], props=properties(state))
+    read_version = None if pin is None else pin.version
+    props = properties(state, pinned=pin is not None)
+    return commit(uri, [], read_version=read_version, props=props, pin=pin)
 
 
 # --- schemas ---
@@ -141,21 +185,29 @@ def _evolved(table: Any, incoming: Any, *, widen: bool, add: bool) -> Any:
     return table if common in (None, old) else _arrow_type(common)
 
 
-def evolve(spark: SparkSession, uri: str, incoming: pa.Schema) -> pa.Schema:
+def evolve(spark: SparkSession, uri: str, incoming: pa.Schema, pin: Pin | None = None) -> pa.Schema:
     """Make the table's schema hold ``incoming`` (see the module's doc); returns the schema the
-    written files must have. A table that does not exist yet takes ``incoming``."""
+    written files must have. A table that does not exist yet takes ``incoming``. ``pin``: the
+    table is at its version, and moves it with each schema commit."""
     if not exists(uri):
         return nullable(incoming)
     dt = DeltaTable(uri)
+    if pin is not None:
+        pin.check(dt.version())
     schema = pa.schema(dt.schema())
     widened = _evolved(schema, incoming, widen=True, add=False)
     if not widened.equals(schema):
         _rewrite_as(spark, uri, dt, nullable(widened))
         schema = widened
+        if pin is not None:  # committed against the pinned version, or failed
+            pin.version += 1
     merged = nullable(_evolved(schema, incoming, widen=False, add=True))
     if not merged.equals(schema):
-        # A commit of the schema alone: delta-rs merges it with no data file written.
+        # A commit of the schema alone: delta-rs merges it with no data file written (against
+        # the newest version: another writer's commit before it leaves the pin behind).
         write_deltalake(uri, merged.empty_table(), mode="append", schema_mode="merge")
+        if pin is not None:
+            pin.version += 1
     return merged
 
 

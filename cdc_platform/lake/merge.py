@@ -7,8 +7,10 @@ one commit against the version it read, with the table's small files once they a
 (``small_files``: a day of small runs would otherwise leave a file per run). Only file paths
 and counts reach the driver. A commit that loses a race (another writer removed one of its
 files) is retried from the start on the new snapshot: nothing it decided on stale rows is
-kept. A small batch into many rows is merged file by file (``broadcastable``): each changed
-file is rewritten in the task that read it, with no shuffle of the table.
+kept. A merge whose caller decided from the table's state (``Pin``: the current-state step's
+live-row counts) fails instead (``TableMoved``), and the caller's step runs again. A small
+batch into many rows is merged file by file (``broadcastable``): each changed file is
+rewritten in the task that read it, with no shuffle of the table.
 """
 
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from pyspark.sql import functions as F
 
 from cdc_platform.lake import commit as C
 from cdc_platform.lake import data_files
+from cdc_platform.lake.commit import Pin, TableMoved
 from cdc_platform.lake.tables import (
     FILE_COLUMN,
     PARTITION_COLUMN,
@@ -118,10 +121,13 @@ def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column
 
 
 def _retrying(run):
-    """Run a read-decide-write-commit attempt; again on a lost commit race."""
+    """Run a read-decide-write-commit attempt; again on a lost commit race (not under a moved
+    ``Pin``: what the step decided before the attempt is stale too)."""
     for attempt in range(_ATTEMPTS):
         try:
             return run()
+        except TableMoved:
+            raise
         except CommitFailedError:
             if attempt == _ATTEMPTS - 1:
                 raise
@@ -238,6 +244,7 @@ def _rewrite(
     rows_hint: int | None,
     compact: bool,
     kept: DataFrame | None = None,
+    pin: Pin | None = None,
 ) -> int:
     """Write ``rows`` (sorted by key) and commit them with the removes of ``rewritten``. With
     ``compact``, the table's small files (``small_files``) are rewritten with them, unchanged,
@@ -248,7 +255,7 @@ def _rewrite(
     they came from, with no shuffle and no sort: a file of a current table is sorted by key
     (every write sorts, or keeps a file's order), and a broadcast join keeps the order of the
     rows it streams. ``rows`` (new rows, at most ``BROADCAST_ROWS``, and the small files) go to
-    files of their own, sorted in one task."""
+    files of their own, sorted in one task. ``pin``: see ``upsert_newer``."""
     spark = rows.sparkSession
     schema = C.evolve(spark, uri, C.arrow_of(rows))
     out = C.conform(rows, schema)
@@ -265,8 +272,9 @@ def _rewrite(
     adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
     removes = data_files.removes(add_actions(dt), rewritten)
     return C.commit(
-        uri, adds, removes, schema=schema, read_version=dt.version(), props=C.properties(state)
-    )
+        uri, adds, removes, schema=schema, read_version=dt.version(),
+        props=C.properties(state, pinned=pin is not None), pin=pin,
+    )  # fmt: skip
 
 
 def upsert_newer(
@@ -281,6 +289,7 @@ def upsert_newer(
     known: Candidates | None = None,
     batch_rows: int | None = None,
     held: DataFrame | None = None,
+    pin: Pin | None = None,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -299,7 +308,10 @@ def upsert_newer(
     removes only: the metrics ``flagged_added`` and ``unflagged_added`` say how many rows with it
     true and false the table gained (negative: lost). ``state`` may be a function of the metrics
     that returns what the commit records, so a count kept in the state moves with the rows it
-    counts.
+    counts. ``pin``: the version the caller read what ``state`` counts from (``Pin``): a commit
+    of another writer since fails the merge with ``TableMoved`` instead of a retry here, whose
+    counts would start from the old version. The table's schema takes ``data``'s first, so the
+    attempt reads and commits against one version.
     """
     extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
     recorded = state if callable(state) else lambda _: state
@@ -321,6 +333,7 @@ def upsert_newer(
             rows.unpersist()
         return metrics
     columns = [c for c in data.columns if c not in extra]
+    C.evolve(spark, uri, C.arrow_of(data.select(*[F.col(f"`{c}`") for c in columns])), pin)
     known = known or candidates(spark, uri, data, key)
     by_file = broadcastable(data.count() if batch_rows is None else batch_rows, known.rows)
 
@@ -374,6 +387,8 @@ def upsert_newer(
 
     def attempt() -> dict[str, int]:
         dt = DeltaTable(uri)
+        if pin is not None:
+            pin.check(dt.version())
         target = _targets(spark, uri, dt, data, key, known)
         names = [c for c in target.columns if c != FILE_COLUMN]
         names += [c for c in columns if c not in names]
@@ -440,9 +455,9 @@ def upsert_newer(
         """Write ``rows`` (and ``again``: see ``_rewrite``) in place of ``rewritten``; only the
         state when nothing changes."""
         if metrics["num_target_rows_inserted"] or rewritten:
-            _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), rows_hint, True, again)
+            _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), rows_hint, True, again, pin)
         else:
-            C.record_state(uri, recorded(metrics))
+            C.record_state(uri, recorded(metrics), pin)
 
     with one_file_a_task(spark) if by_file else nullcontext():
         return _retrying(attempt)
@@ -553,18 +568,21 @@ def delete_rows(
     state: TableState | None = None,
     only_dates: list[str] | None = None,
     by_file: bool = False,
+    pin: Pin | None = None,
 ) -> int:
     """Delete the rows matching ``condition`` by rewriting the files that hold one (only the
     files of the ``ingest_date`` partitions ``only_dates`` are read, when given); returns rows
     deleted. Records ``state`` (when given) even when nothing matched. ``by_file``: each file
     is rewritten as itself, in its own task, so a sorted file stays sorted and keeps its key
     range (a current table's: its files are few); else Spark may pack several small files into
-    one task and write them as one."""
+    one task and write them as one. ``pin``: see ``upsert_newer``."""
     if not exists(uri):
         return 0
 
     def attempt() -> int:
         dt = DeltaTable(uri)
+        if pin is not None:
+            pin.check(dt.version())
         actions = add_actions(dt)
         relative = actions["path"].to_pylist()
         if only_dates is not None and actions.num_rows:
@@ -585,10 +603,10 @@ def delete_rows(
                 removes = data_files.removes(add_actions(dt), rewritten)
                 C.commit(
                     uri, adds, removes, schema=schema, read_version=dt.version(),
-                    props=C.properties(state),
+                    props=C.properties(state, pinned=pin is not None), pin=pin,
                 )  # fmt: skip
             elif state is not None:
-                C.record_state(uri, state)
+                C.record_state(uri, state, pin)
         finally:
             marked.unpersist()
         return deleted

@@ -127,6 +127,11 @@ def merge_current(
     if cl_version is None:
         return MergeResult(uri=cur_uri, version=lake.version(cur_uri), changelog_version=None)
     key = lake.state(cl_uri).key
+    # The version the merge reads the table's state at, before the state: every commit of the
+    # merge is made against it (``lake.Pin``), so a run merging at the same time (only a run
+    # past the queue can) fails this one, which runs again, rather than both counting their
+    # changes from the same live rows.
+    pinned = lake.version(cur_uri)
     state = lake.TableState() if full_refresh else lake.state(cur_uri)
     applied = state.changelog_version
     if applied == cl_version and lake.exists(cur_uri):
@@ -161,11 +166,12 @@ def merge_current(
     new_state = lake.TableState(
         key=key, changelog_version=cl_version, truncated_before=truncated_before
     )
-    merging = lake.exists(cur_uri) and not full_refresh
+    merging = pinned is not None and not full_refresh
+    pin = lake.Pin(cur_uri, pinned) if merging else None
     with phase("merge.live_before"):
         live, deleted = _counts(spark, cur_uri, state) if merging else (0, 0)
     live_before = live
-    version_before = lake.version(cur_uri) if merging else None
+    version_before = pinned if merging else None
     truncated = truncated_live = 0
     if truncate and truncate == truncated_before and merging:
         gone = F.col(C.SEQUENCE_COL) < F.lit(truncate)
@@ -183,6 +189,7 @@ def merge_current(
             gone,
             replace(state, truncated_before=truncated_before, rows=[live, deleted]),
             by_file=True,
+            pin=pin,
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
     # At most the batch's rows: one newest row a key, and the rebuilt keys are the batch's own
@@ -228,7 +235,7 @@ def merge_current(
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
                     spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, counted,
-                    C.DELETED_COL, known, bound, held,
+                    C.DELETED_COL, known, bound, held, pin,
                 )  # fmt: skip
             live += metrics["unflagged_added"]
             deleted += metrics["flagged_added"]
@@ -244,8 +251,9 @@ def merge_current(
         old = F.col(C.DELETED_COL) & (F.col(C.EVENT_TIME_COL) < F.lit(cutoff))
         expired = lake.read(spark, cur_uri).where(old).count()
         purged = lake.delete_rows(
-            spark, cur_uri, old, replace(new_state, rows=[live, deleted - expired]), by_file=True
-        )
+            spark, cur_uri, old, replace(new_state, rows=[live, deleted - expired]), by_file=True,
+            pin=pin,
+        )  # fmt: skip
         deleted -= purged
     version = lake.version(cur_uri)
     written = (

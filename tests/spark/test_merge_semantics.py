@@ -1,6 +1,7 @@
 """Current-state merge semantics on hand-built change-log batches."""
 
 import pytest
+from deltalake.exceptions import CommitFailedError
 
 from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
@@ -204,3 +205,41 @@ def test_a_merges_checks_and_preview_read_only_what_it_changed(spark, warehouse)
     assert preview.count() == 100
     # Nothing new: nothing written, nothing to read.
     assert merge_current(spark, warehouse, "s", "t").written == []
+
+
+def test_a_merge_another_merge_overtook_runs_again_and_counts_right(spark, warehouse, monkeypatch):
+    """Two runs merging one table at once (only runs past the queue can): the one whose table
+    moved after it read its live-row count fails with ``TableMoved`` (transient: its step runs
+    again) instead of recording that count plus its own changes; run again, it counts right."""
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a"), _change("c", 2, 2, "b")])
+    assert _state(spark, warehouse) == [(1, "a", None), (2, "b", None)]
+    _write_batch(spark, warehouse, "2026-01-02", [_change("c", 3, 3, "c"), _change("d", 4, 2)])
+    real, other = lake.upsert_newer, {}
+
+    def overtaken_upsert(*args, **kwargs):
+        if not other:  # the other run merges the same batch, whole, in between
+            monkeypatch.setattr(lake, "upsert_newer", real)
+            other["merged"] = merge_current(spark, warehouse, "s", "t")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lake, "upsert_newer", overtaken_upsert)
+    with pytest.raises(lake.TableMoved, match="moved from version"):
+        merge_current(spark, warehouse, "s", "t")
+    assert other["merged"].rows == 2  # keys 1 and 3 live, key 2 deleted
+    assert _state(spark, warehouse) == [(1, "a", None), (3, "c", None)]
+
+
+def test_two_pinned_commits_from_one_version_cannot_both_land(spark, warehouse):
+    """A commit under a ``Pin`` carries the ``cdc.pinned`` transaction id, so delta-rs fails
+    the second of two commits made from the same version, even when neither removes a file (a
+    blind append would otherwise commit over the other, and both count from one state)."""
+    _write_batch(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a")])
+    _state(spark, warehouse)
+    uri = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
+    version, state = lake.version(uri), lake.state(uri)
+    first, second = lake.Pin(uri, version), lake.Pin(uri, version)
+    lake.record_state(uri, state, first)
+    assert first.version == version + 1
+    with pytest.raises(CommitFailedError):
+        lake.record_state(uri, state, second)
+    assert lake.version(uri) == version + 1
