@@ -143,9 +143,11 @@ def nullable(schema: pa.Schema | pa.DataType) -> Any:
     return schema
 
 
-def arrow_of(df: DataFrame) -> pa.Schema:
-    """The Delta-ready Arrow schema of a DataFrame (timestamps in UTC microseconds)."""
-    return nullable(to_arrow_schema(df.schema, timezone="UTC"))
+def arrow_of(df: DataFrame | T.StructType) -> pa.Schema:
+    """The Delta-ready Arrow schema of a DataFrame, or of a Spark schema (timestamps in UTC
+    microseconds)."""
+    schema = df if isinstance(df, T.StructType) else df.schema
+    return nullable(to_arrow_schema(schema, timezone="UTC"))
 
 
 def _arrow_type(sql_type: str) -> pa.DataType:

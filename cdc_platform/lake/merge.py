@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from cdc_platform.lake import commit as C
 from cdc_platform.lake import data_files
@@ -333,7 +334,9 @@ def upsert_newer(
             rows.unpersist()
         return metrics
     columns = [c for c in data.columns if c not in extra]
-    C.evolve(spark, uri, C.arrow_of(data.select(*[F.col(f"`{c}`") for c in columns])), pin)
+    # From the schema ``data.columns`` fetched (a select's would be one more analysis).
+    incoming = T.StructType([f for f in data.schema.fields if f.name in columns])
+    C.evolve(spark, uri, C.arrow_of(incoming), pin)
     known = known or candidates(spark, uri, data, key)
     by_file = broadcastable(data.count() if batch_rows is None else batch_rows, known.rows)
 
