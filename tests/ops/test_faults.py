@@ -206,8 +206,10 @@ def _started_since(home: Path, since: float, **filters) -> list[dg.DagsterRun]:
     return runs(home, created_after=after, **filters)
 
 
-def _failure_causes(home: Path, failed: list[dg.DagsterRun]) -> list[str]:
-    """The last line of what failed each step of ``failed``: the step, then its cause."""
+def _failure_causes(home: Path, failed: list[dg.DagsterRun], naming: str) -> list[str]:
+    """Per failed step of ``failed``: the step, then the line of its failure that says ``naming``
+    (or the failure's last line). The whole chain is searched: a Spark job's failure says why
+    only in a "Caused by:" line of its JVM stack trace (CI of 1eb1257 failed on the last line)."""
     causes = []
     with dg.DagsterInstance.from_config(str(home)) as instance:
         for run in failed:
@@ -215,10 +217,12 @@ def _failure_causes(home: Path, failed: list[dg.DagsterRun]) -> list[str]:
                 run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE
             ).records
             for record in records:
-                error = record.event_log_entry.dagster_event.event_specific_data.error
-                error = error.cause or error
-                causes.append(f"{record.event_log_entry.step_key}: "
-                              f"{error.message.strip().splitlines()[-1][:200]}")  # fmt: skip
+                error, lines = record.event_log_entry.dagster_event.event_specific_data.error, []
+                while error is not None:
+                    lines += error.message.strip().splitlines()
+                    error = error.cause
+                said = [line.strip() for line in lines if naming in line] or lines[-1:]
+                causes.append(f"{record.event_log_entry.step_key}: {said[0][:200]}")
     return causes
 
 
@@ -409,7 +413,7 @@ def test_warehouse_disk_full_for_a_while(live):
         finally:
             ballast.unlink()
         seconds = live.recovery(since)
-    causes = _failure_causes(live.home, failed)
+    causes = _failure_causes(live.home, failed, "No space left on device")
     assert any("No space left on device" in c for c in causes), causes
     found = live.drained_and_exact()  # nothing lost or duplicated
     _report(
