@@ -5,8 +5,9 @@ It runs the demo catalog's continuous job of one source (`shop` by default: two 
 with history) in this process on a local Spark, one micro-batch per batch of demo traffic, and
 counts the Spark jobs each step started (Spark's status tracker; with adaptive query execution
 each shuffle stage is a job of its own) and the seconds it took, and the jobs of each timed
-phase within the steps. The first micro-batch also pays for imports and code generation: the
-median is over the others.
+phase within the steps, and the Delta snapshots it read (each a checkpoint and the commits
+after it). The first micro-batch also pays for imports and code generation: the median is over
+the others.
 
     .venv/bin/python bench/micro_batch_jobs.py [--source shop] [--batches 6]
 """
@@ -82,7 +83,11 @@ def main() -> None:
         dg.Definitions(resources=build_resources(catalog), executor=dg.in_process_executor),
     )
     job = defs.resolve_job_def(f"{args.source}__continuous")
-    tracker = get_spark(catalog.spark.master).sparkContext.statusTracker()
+    # The JVM's tracker, asked for a count: PySpark's copies the id of every job run so far
+    # into a Python list, one call each, and took longer each micro-batch (0.3 s a phase by
+    # the 14th). Every job is kept (Spark keeps the last 1,000), or the counts stop growing.
+    session = get_spark(catalog.spark.master, conf={"spark.ui.retainedJobs": "10000000"})
+    tracker = session.sparkContext._jsc.statusTracker()  # noqa: SLF001 (the JVM's own)
 
     def jobs() -> int:
         return len(tracker.getJobIdsForGroup(None))
@@ -111,11 +116,26 @@ def main() -> None:
     counted(continuous, "update_history", "history")
     counted(continuous.outputs, "changelog", "change logs' metadata")
 
+    # Snapshot reads of the Delta log (each loads a checkpoint and replays the commits after
+    # it: bench/delta_log_reads.py times one as the log grows).
+    from deltalake import DeltaTable
+
+    snapshots = Counter()
+    opened = DeltaTable.__init__
+
+    def counting_init(self: DeltaTable, *a: object, **k: object) -> None:
+        started = time.perf_counter()
+        opened(self, *a, **k)
+        snapshots["reads"] += 1
+        snapshots["ms"] += (time.perf_counter() - started) * 1000
+
+    DeltaTable.__init__ = counting_init
     day = dt.date.today().isoformat()
     totals, seconds, steps, phases, step_seconds = [], [], [], [], []
     for batch in range(args.batches):
         write_demo_traffic(catalog.landing_path, batch=batch, date=day)
         by_step.clear()
+        snapshots.clear()
         by_phase.clear()
         seconds_by_step.clear()
         before, started = jobs(), time.monotonic()
@@ -126,7 +146,11 @@ def main() -> None:
         steps.append(dict(by_step))
         phases.append(dict(by_phase))
         step_seconds.append(dict(seconds_by_step))
-        print(f"micro-batch {batch}: {totals[-1]} Spark jobs, {seconds[-1]:.1f} s", flush=True)
+        print(
+            f"micro-batch {batch}: {totals[-1]} Spark jobs, {seconds[-1]:.1f} s, "
+            f"{snapshots['reads']} Delta snapshot reads ({snapshots['ms'] / 1000:.2f} s)",
+            flush=True,
+        )
     if args.batches < 2:
         return
     later, later_seconds = steps[1:], step_seconds[1:]

@@ -59,6 +59,7 @@ from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     QUARANTINE,
     RAW,
+    TABLE_PROPERTIES,
     ChangelogFacts,
     TableRef,
     TableState,
@@ -98,7 +99,7 @@ __all__ = [
     "overwrite_partitions", "partition_row_counts", "Pin", "properties", "quoted", "read",
     "read_arrow",
     "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
-    "may_hold_truncates", "stat_range", "state", "TableMoved", "TableRef", "TableState",
-    "tables_under", "upsert_newer", "vacuum",
+    "may_hold_truncates", "stat_range", "state", "TABLE_PROPERTIES", "TableMoved", "TableRef",
+    "TableState", "tables_under", "upsert_newer", "vacuum",
     "version",
 ]  # fmt: skip

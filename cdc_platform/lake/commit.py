@@ -32,6 +32,7 @@ from cdc_platform.lake import data_files
 from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     STATE_KEY,
+    TABLE_PROPERTIES,
     TableState,
     add_actions,
     exists,
@@ -106,7 +107,8 @@ def commit(
         if not exists(uri) or replace:
             create_table_with_add_actions(
                 uri, Schema.from_arrow(schema), adds, mode="overwrite" if replace else "error",
-                partition_by=partition_by or None, commit_properties=props,
+                partition_by=partition_by or None, configuration=TABLE_PROPERTIES,
+                commit_properties=props,
             )  # fmt: skip
         else:
             dt = DeltaTable(uri, version=read_version)

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
-from cdc_platform.lake.tables import PARTITION_COLUMN, exists
+from cdc_platform.lake.tables import PARTITION_COLUMN, TABLE_PROPERTIES, exists
 
 # Several row groups per file: Spark splits a Parquet file into tasks by row group.
 _WRITER = WriterProperties(max_row_group_size=64 * 1024, compression="SNAPPY")
@@ -37,7 +37,10 @@ def kafka_offsets(
     against a version it read: see ``append_kafka_batch``."""
     if not exists(uri):
         try:
-            DeltaTable.create(uri, schema, mode="ignore", partition_by=[PARTITION_COLUMN])
+            DeltaTable.create(
+                uri, schema, mode="ignore", partition_by=[PARTITION_COLUMN],
+                configuration=TABLE_PROPERTIES,
+            )  # fmt: skip
         except Exception:  # a concurrent run created it first; delta-rs has no common base class
             if not exists(uri):
                 raise

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from cdc_platform.lake.tables import PARTITION_COLUMN, exists
+from cdc_platform.lake.tables import PARTITION_COLUMN, TABLE_PROPERTIES, exists
 
 LANDING_KEY = "cdc.landing"
 _NAME = re.compile(r"(?:^|/)landing-(\d+)-(\d+)-[0-9a-f]{32}\.parquet$")
@@ -201,6 +201,7 @@ def write(
             Schema.from_arrow(schema),
             adds,
             partition_by=[PARTITION_COLUMN],
+            configuration=TABLE_PROPERTIES,
             commit_properties=props,
         )
         return DeltaTable(uri).version()

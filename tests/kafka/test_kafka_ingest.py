@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from deltalake import DeltaTable
 
 from cdc_platform import lake
 from cdc_platform.catalog import KafkaConfig, SourceConfig, TableConfig
@@ -131,6 +132,8 @@ def test_bounded_runs_store_every_record_exactly_once(kafka_bootstrap, warehouse
 
     assert [r.records for r in results] == [45, 45, 45, 45, 20]
     assert [r.bounded for r in results] == [True] * 4 + [False]
+    raw = DeltaTable(lake.TableRef(lake.RAW, "k").uri(warehouse))
+    assert raw.metadata().configuration == lake.TABLE_PROPERTIES  # checkpointed every 10
     rows = _raw(warehouse)
     expected = sorted(produced, key=lambda r: (r["partition"], r["offset"]))
     assert _coordinates(rows) == [(topic, r["partition"], r["offset"]) for r in expected]

@@ -122,7 +122,8 @@ def _orphans(warehouse: Path) -> list[str]:
     for log in warehouse.rglob("_delta_log"):
         uri = log.parent
         named = {str(Path(f)) for f in DeltaTable(str(uri)).file_uris()}
-        found += [str(p) for p in uri.rglob("*.parquet") if str(p) not in named]
+        data = [p for p in uri.rglob("*.parquet") if log not in p.parents]  # not checkpoints
+        found += [str(p) for p in data if str(p) not in named]
     return found
 
 

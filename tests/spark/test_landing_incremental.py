@@ -66,6 +66,7 @@ def test_a_second_file_ingests_only_that_file(spark, warehouse, tmp_path):
     _land(landing, "a.jsonl", [_event("c", 1, 1, "one"), _event("c", 2, 2, "two")])
     first, _ = _run(spark, warehouse, landing)
     assert [f.name for f in first.files] == [f"dt={DATE}/a.jsonl"]
+    assert DeltaTable(raw).metadata().configuration == lake.TABLE_PROPERTIES
     assert pending_landing_files(warehouse, "inc", landing) == {}
 
     _land(landing, "b.jsonl", [_event("u", 3, 1, "uno")])
