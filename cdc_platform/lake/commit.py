@@ -37,6 +37,7 @@ from cdc_platform.lake.tables import (
     add_actions,
     exists,
     read,
+    snapshot,
 )
 
 # Delta transaction identifier of every table a normalize step writes: its version is the raw
@@ -123,7 +124,7 @@ def commit(
         # Ours is the next version: any pinned commit since the read would have failed it. A
         # commit of another kind in between leaves the pin behind, and the next check fails.
         pin.version = read_version + 1
-    return DeltaTable(uri).version()
+    return snapshot(uri).version()
 
 
 def record_state(uri: str, state: TableState, pin: Pin | None = None) -> int:
@@ -279,7 +280,7 @@ def append(
     """Append ``df``'s rows (a new table is partitioned by ``partition_by``)."""
     schema = evolve(df.sparkSession, uri, arrow_of(df))
     if exists(uri):
-        partition_by = DeltaTable(uri).metadata().partition_columns
+        partition_by = snapshot(uri).metadata().partition_columns
     adds = data_files.write(conform(df, schema), uri, partition_by)
     return commit(
         uri, adds, schema=schema, partition_by=partition_by, read_version=read_version,
@@ -304,10 +305,11 @@ def overwrite_partitions(
     txns = {NORMALIZED_APP: raw_version} if raw_version is not None else None
     props = properties(state, txns)
     schema = evolve(df.sparkSession, uri, arrow_of(df))
-    read_version = DeltaTable(uri).version() if exists(uri) else None
+    dt = snapshot(uri) if exists(uri) else None
+    read_version = None if dt is None else dt.version()
     removes = []
-    if read_version is not None:
-        actions = add_actions(DeltaTable(uri, version=read_version))
+    if dt is not None:
+        actions = add_actions(dt)
         column = f"partition.{PARTITION_COLUMN}"
         wanted = set(dates)
         if actions.num_rows:
@@ -328,7 +330,7 @@ def overwrite_partitions(
 
 def normalized_raw_version(uri: str) -> int | None:
     """The raw version a normalize output reflects (None: none recorded, or no table)."""
-    return DeltaTable(uri).transaction_version(NORMALIZED_APP) if exists(uri) else None
+    return snapshot(uri).transaction_version(NORMALIZED_APP) if exists(uri) else None
 
 
 def append_normalized(
@@ -346,7 +348,7 @@ def append_normalized(
     commit of the raw version alone, with no Spark job."""
     read_version = None
     if exists(uri):
-        dt = DeltaTable(uri)
+        dt = snapshot(uri)
         done = dt.transaction_version(NORMALIZED_APP)
         if done is not None and done >= raw_version:
             return None

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
-from cdc_platform.lake.tables import PARTITION_COLUMN, TABLE_PROPERTIES, exists
+from cdc_platform.lake.tables import PARTITION_COLUMN, TABLE_PROPERTIES, exists, snapshot
 
 # Several row groups per file: Spark splits a Parquet file into tasks by row group.
 _WRITER = WriterProperties(max_row_group_size=64 * 1024, compression="SNAPPY")
@@ -44,13 +44,13 @@ def kafka_offsets(
         except Exception:  # a concurrent run created it first; delta-rs has no common base class
             if not exists(uri):
                 raise
-    dt = DeltaTable(uri)
+    dt = snapshot(uri)
     return dt.version(), _stored_offsets(dt, partitions)
 
 
 def kafka_stored_offsets(uri: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """The next offset of each partition the raw table has records of (read only)."""
-    return _stored_offsets(DeltaTable(uri), partitions) if exists(uri) else {}
+    return _stored_offsets(snapshot(uri), partitions) if exists(uri) else {}
 
 
 def _stored_offsets(

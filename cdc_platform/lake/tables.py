@@ -1,11 +1,13 @@
 """Where the tables are and what they hold: paths, Spark reads, and facts of a snapshot taken
 from the Delta log (versions, files, statistics, our commit metadata), with no data read.
+The newest snapshot of each table is kept per thread and brought up to date (``snapshot``).
 
 The asset key path ``[layer, source, table]`` is the table's path under the warehouse.
 """
 
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -119,22 +121,77 @@ def changelog_facts(warehouse: Path, source: str) -> dict[str, ChangelogFacts]:
     }
 
 
+class _Snapshots(threading.local):
+    """Per thread: the newest snapshot read of each table, with the stat of its commit file."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, tuple[DeltaTable, os.stat_result]] = {}
+
+
+_SNAPSHOTS = _Snapshots()
+
+
+def _commit_file(uri: str, version: int) -> str:
+    return os.path.join(uri, "_delta_log", f"{version:020d}.json")
+
+
+def _still(uri: str, dt: DeltaTable, seen: os.stat_result) -> bool:
+    """Whether ``dt``'s commit is still in the table's log (not a table made anew since)."""
+    try:
+        now = os.stat(_commit_file(uri, dt.version()))
+    except OSError:
+        return False
+    return (now.st_ino, now.st_mtime_ns, now.st_size) == (
+        seen.st_ino, seen.st_mtime_ns, seen.st_size,
+    )  # fmt: skip
+
+
+def snapshot(uri: str) -> DeltaTable:
+    """The table's newest snapshot, for the facts this module reads from it. The one this
+    thread read last, brought up to date with the commits since (``update_incremental`` reads
+    just those: about 0.4 ms, where loading the last checkpoint and replaying the commits after
+    it takes 4-35 ms, and a micro-batch reads about 180 snapshots); loaded anew when its table
+    was made anew since. Never handed on: the next read moves it."""
+    held = _SNAPSHOTS.held.get(uri)
+    dt = None
+    if held is not None and _still(uri, *held):
+        dt = held[0]
+        try:
+            dt.update_incremental()
+        except Exception:  # the commits since are gone (log cleanup): load it anew
+            dt = None
+    if dt is None:
+        dt = DeltaTable(uri)
+    try:
+        _SNAPSHOTS.held[uri] = (dt, os.stat(_commit_file(uri, dt.version())))
+    except OSError:
+        _SNAPSHOTS.held.pop(uri, None)
+    return dt
+
+
+def _at(uri: str, version: int | None) -> DeltaTable:
+    """The table at ``version`` (None: the newest), from the snapshot when it is that one."""
+    dt = snapshot(uri)
+    return dt if version is None or version == dt.version() else DeltaTable(uri, version=version)
+
+
 def exists(uri: str) -> bool:
-    return DeltaTable.is_deltatable(uri)
+    held = _SNAPSHOTS.held.get(uri)
+    return (held is not None and _still(uri, *held)) or DeltaTable.is_deltatable(uri)
 
 
 def version(uri: str) -> int | None:
-    return DeltaTable(uri).version() if exists(uri) else None
+    return snapshot(uri).version() if exists(uri) else None
 
 
 def files(uri: str, at_version: int | None = None) -> list[str]:
     if not exists(uri):
         return []
-    return DeltaTable(uri, version=at_version).file_uris()
+    return _at(uri, at_version).file_uris()
 
 
 def arrow_schema(uri: str) -> pa.Schema:
-    return pa.schema(DeltaTable(uri).schema())
+    return pa.schema(snapshot(uri).schema())
 
 
 def add_actions(dt: DeltaTable) -> pa.Table:
@@ -160,7 +217,7 @@ def read(
     ``with_file``: also ``FILE_COLUMN``, the path (relative to the table) each row comes from."""
     if not exists(uri):
         return None
-    dt = DeltaTable(uri)
+    dt = snapshot(uri)
     arrow = pa.schema(dt.schema())
     schema = from_arrow_schema(arrow)
     paths = dt.file_uris() if only_files is None else only_files
@@ -184,7 +241,7 @@ def read(
 def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
     """The table's snapshot as Arrow, without Spark (small tables: tests, previews); None if
     absent."""
-    return DeltaTable(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
+    return snapshot(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
 
 
 def state(uri: str) -> TableState:
@@ -195,7 +252,7 @@ def state(uri: str) -> TableState:
     cost more with every run."""
     if not exists(uri):
         return TableState()
-    dt, limit = DeltaTable(uri), 4
+    dt, limit = snapshot(uri), 4
     while True:
         commits = dt.history(limit)
         for commit in commits:
@@ -214,7 +271,7 @@ def image_types(uri: str) -> dict[str, str]:
 
 def describe(uri: str) -> dict[str, Any]:
     """Version, file count and Arrow schema of a table, for materialization metadata."""
-    dt = DeltaTable(uri)
+    dt = snapshot(uri)
     return {"version": dt.version(), "files": len(dt.file_uris()), "schema": pa.schema(dt.schema())}
 
 
@@ -268,7 +325,7 @@ def max_stat(uri: str, column: str, at_version: int | None = None) -> Any:
     table is absent or empty, or no file has statistics for it."""
     if not exists(uri):
         return None
-    actions = add_actions(DeltaTable(uri, version=at_version))
+    actions = add_actions(_at(uri, at_version))
     name = f"max.{column}"
     return pc.max(actions[name]).as_py() if name in actions.column_names else None
 
@@ -279,7 +336,7 @@ def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[A
     table is absent or empty, or one of those files has no bounds for it."""
     if not exists(uri):
         return None
-    actions = add_actions(DeltaTable(uri))
+    actions = add_actions(snapshot(uri))
     low, high = f"min.{column}", f"max.{column}"
     if not {low, high} <= set(actions.column_names):
         return None
@@ -298,7 +355,7 @@ def may_hold_nulls(uri: str, column: str, files: list[str] | None = None) -> boo
     statistics count none. From the log alone."""
     if not exists(uri):
         return False
-    actions = add_actions(DeltaTable(uri))
+    actions = add_actions(snapshot(uri))
     nulls = f"null_count.{column}"
     if nulls not in actions.column_names:
         return actions.num_rows > 0
@@ -321,7 +378,7 @@ def row_count(uri: str, only_files: list[str] | None = None) -> int:
     the file statistics (reads no data)."""
     if not exists(uri):
         return 0
-    actions = add_actions(DeltaTable(uri))
+    actions = add_actions(snapshot(uri))
     counts = actions["num_records"].to_pylist()
     if only_files is not None:
         wanted = {local_path(f) for f in only_files}
@@ -335,7 +392,7 @@ def partition_row_counts(uri: str) -> dict[str, int]:
     file statistics (reads no data); empty when the table does not exist."""
     if not exists(uri):
         return {}
-    actions = DeltaTable(uri).get_add_actions(flatten=True)
+    actions = snapshot(uri).get_add_actions(flatten=True)
     dates = actions[f"partition.{PARTITION_COLUMN}"].to_pylist()
     counts: dict[str, int] = {}
     for date, rows in zip(dates, actions["num_records"].to_pylist(), strict=True):
