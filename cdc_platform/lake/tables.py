@@ -8,6 +8,7 @@ The asset key path ``[layer, source, table]`` is the table's path under the ware
 import json
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,9 +35,9 @@ PARTITION_COLUMN = "ingest_date"
 # Our bookkeeping rides in the commit metadata of the writes it describes (delta-rs rejects
 # unknown table properties), so state and data change in one atomic commit.
 STATE_KEY = "cdc.state"
-# The properties of every table we create. Reading a snapshot replays the log's commits since
-# its last checkpoint (about 0.3 ms each) and a micro-batch reads about a hundred snapshots:
-# at delta-rs's default interval of 100 commits that grew to 3 s a micro-batch before each
+# The properties of every table we create. Loading a snapshot replays the log's commits since
+# its last checkpoint (about 0.3 ms each) and a micro-batch reads about 180 snapshots: at
+# delta-rs's default interval of 100 commits that grew to 3 s a micro-batch before each
 # checkpoint. 10 is Delta Lake's own default.
 TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
 # The column ``read(..., with_file=True)`` adds: the data file each row comes from.
@@ -122,10 +123,19 @@ def changelog_facts(warehouse: Path, source: str) -> dict[str, ChangelogFacts]:
 
 
 class _Snapshots(threading.local):
-    """Per thread: the newest snapshot read of each table, with the stat of its commit file."""
+    """Per thread: the newest snapshot read of each table, with the stat of its commit file;
+    the ``KEPT`` tables read last (a process that reads many, such as the tests, holds few)."""
+
+    KEPT = 64
 
     def __init__(self) -> None:
-        self.held: dict[str, tuple[DeltaTable, os.stat_result]] = {}
+        self.held: OrderedDict[str, tuple[DeltaTable, os.stat_result]] = OrderedDict()
+
+    def keep(self, uri: str, dt: DeltaTable, seen: os.stat_result) -> None:
+        self.held[uri] = (dt, seen)
+        self.held.move_to_end(uri)
+        while len(self.held) > self.KEPT:
+            self.held.popitem(last=False)
 
 
 _SNAPSHOTS = _Snapshots()
@@ -147,11 +157,12 @@ def _still(uri: str, dt: DeltaTable, seen: os.stat_result) -> bool:
 
 
 def snapshot(uri: str) -> DeltaTable:
-    """The table's newest snapshot, for the facts this module reads from it. The one this
-    thread read last, brought up to date with the commits since (``update_incremental`` reads
-    just those: about 0.4 ms, where loading the last checkpoint and replaying the commits after
-    it takes 4-35 ms, and a micro-batch reads about 180 snapshots); loaded anew when its table
-    was made anew since. Never handed on: the next read moves it."""
+    """The table's newest snapshot, for facts read from it at once. The one this thread read
+    last, brought up to date with the commits since (``update_incremental`` reads just those:
+    about 0.4 ms, where loading the last checkpoint and replaying the commits after it takes
+    4-35 ms, and a micro-batch reads about 180 snapshots); loaded anew when its table was made
+    anew since. Never held across another read of the table, nor committed against: the next
+    read moves it."""
     held = _SNAPSHOTS.held.get(uri)
     dt = None
     if held is not None and _still(uri, *held):
@@ -163,7 +174,7 @@ def snapshot(uri: str) -> DeltaTable:
     if dt is None:
         dt = DeltaTable(uri)
     try:
-        _SNAPSHOTS.held[uri] = (dt, os.stat(_commit_file(uri, dt.version())))
+        _SNAPSHOTS.keep(uri, dt, os.stat(_commit_file(uri, dt.version())))
     except OSError:
         _SNAPSHOTS.held.pop(uri, None)
     return dt

@@ -9,7 +9,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from cdc_platform import lake
-from cdc_platform.lake.tables import TableState, snapshot
+from cdc_platform.lake.tables import _SNAPSHOTS, TableState, _Snapshots, snapshot
 
 
 def _append(uri: str, ids: list[int], state: TableState | None = None) -> None:
@@ -56,3 +56,15 @@ def test_each_thread_reads_its_own_snapshot(tmp_path):
     thread.join()
     assert theirs[0] is not mine
     assert theirs[0].version() == mine.version() == 0
+
+
+def test_a_thread_keeps_the_snapshots_of_the_tables_it_read_last(tmp_path):
+    uris = [str(tmp_path / f"t{i}") for i in range(_Snapshots.KEPT + 5)]
+    for uri in uris:
+        _append(uri, [1])
+        assert lake.version(uri) == 0
+    held = _SNAPSHOTS.held
+    assert len(held) == _Snapshots.KEPT
+    assert uris[0] not in held and uris[-1] in held
+    assert lake.row_count(uris[0]) == 1  # loaded again
+    assert next(reversed(held)) == uris[0]
