@@ -36,7 +36,12 @@ from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.defs.runs import IN_FLIGHT, source_tags
 from cdc_platform.defs.sensors import outside_partitions_warning
-from cdc_platform.defs.transient import RETRY_SECONDS, reset_if_spark_gone, transient_reason
+from cdc_platform.defs.transient import (
+    RETRY_SECONDS,
+    fail_with_root_cause,
+    reset_if_spark_gone,
+    transient_reason,
+)
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import CHANGELOG
 from cdc_platform.steps.changelog import normalize_new
@@ -271,6 +276,7 @@ def build_continuous_job(
             except Exception as error:
                 reason = transient_reason(error)
                 if reason is None or failures >= len(RETRY_SECONDS):
+                    fail_with_root_cause(error)
                     raise
                 reset_if_spark_gone(error, spark)
                 wait = RETRY_SECONDS[failures]

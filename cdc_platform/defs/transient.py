@@ -9,9 +9,12 @@ Retried (``retried_if_transient``, up to ``len(RETRY_SECONDS)`` times, waiting `
 - a Delta commit lost a race to another writer (delta-rs ``CommitFailedError``).
 
 Everything else fails the step at once, so a deterministic failure never loops: a blocking check
-that failed, a bad configuration, a bug. A message that cannot be parsed never fails a step: it
-goes to quarantine. Every step is exactly-once on its own (offsets and raw versions are stored
-with the commits), so running it again after any of these is safe.
+that failed, a bad configuration, a bug. A Spark failure then names its root cause first
+(``fail_with_root_cause``): the JVM's deepest "Caused by:" line, which Spark prints under a
+stack trace of hundreds of lines (a full disk is told only there). A message that cannot be
+parsed never fails a step: it goes to quarantine. Every step is exactly-once on its own
+(offsets and raw versions are stored with the commits), so running it again after any of these
+is safe.
 """
 
 import os
@@ -56,6 +59,22 @@ def transient_reason(error: BaseException) -> str | None:
     return None
 
 
+def root_cause(error: BaseException) -> str | None:
+    """The last "Caused by:" line of ``error``'s text (a JVM stack trace's deepest cause), None
+    when it has none."""
+    prefix = "Caused by:"
+    causes = [line.strip() for line in str(error).splitlines() if line.lstrip().startswith(prefix)]
+    return causes[-1].removeprefix(prefix).strip() if causes else None
+
+
+def fail_with_root_cause(error: Exception) -> None:
+    """For a failure that is not transient: raise a ``dg.Failure`` whose first line is
+    ``error``'s root cause (``root_cause``), from ``error`` (whole, below it); return when it
+    has none (the caller raises ``error``)."""
+    if cause := root_cause(error):
+        raise dg.Failure(f"{cause} (the root cause of the {type(error).__name__} below)") from error
+
+
 def _spark_unavailable(error: BaseException) -> bool:
     """A Spark Connect call that could not reach the server (gRPC UNAVAILABLE), or a session the
     server (restarted) or the client (after such a failure) no longer knows."""
@@ -82,6 +101,7 @@ def retried_if_transient(
     except Exception as error:
         reason = transient_reason(error)
         if reason is None:
+            fail_with_root_cause(error)
             raise
         reset_if_spark_gone(error, spark)
         attempt = context.retry_number

@@ -164,3 +164,24 @@ def test_an_asset_check_retries_a_transient_failure(tmp_path, monkeypatch):
     result = dg.materialize([model, model_test])
     assert result.success and attempts == [0, 1]
     assert [e.passed for e in result.get_asset_check_evaluations()] == [True]
+
+
+def test_a_spark_failure_names_its_root_cause_first(tmp_path, spark):
+    """A Spark job's error ends in hundreds of lines of JVM stack trace, with what went wrong
+    only in a "Caused by:" line (a full disk too): the failure's first line is that cause, and
+    Spark's whole error stays its cause."""
+    (tmp_path / "part-0.parquet").write_text("not Parquet: a data file cut short")
+
+    @dg.asset
+    def reads_a_broken_file(context: dg.AssetExecutionContext) -> int:
+        with transient.retried_if_transient(context):
+            return spark.read.parquet(str(tmp_path)).count()
+
+    result = dg.materialize([reads_a_broken_file], raise_on_error=False)
+    assert not result.success
+    error = result.get_step_failure_events()[0].step_failure_data.error
+    first = error.message.splitlines()[0]
+    assert "part-0.parquet is not a Parquet file" in first, first
+    assert "Failure: java.lang.RuntimeException" in first, first
+    assert error.cause is not None and "Caused by:" in error.cause.message
+    assert transient.root_cause(ValueError("no JVM trace")) is None
