@@ -14,6 +14,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
 from cdc_platform.spark import history
 from cdc_platform.spark.session import PERSIST_LEVEL
+from cdc_platform.timings import phase
 
 
 @dataclass
@@ -102,9 +103,7 @@ def update_history(
         if _in_order(cl_uri, changes, state):
             # Every new change is newer than every change applied: the keys' open versions
             # stand in for their old changes, and the whole change log is not read.
-            new = _extended(
-                old, added, key, tracked, table.ignore_null_updates, affected, truncates
-            )
+            new = _extended(old, added, key, tracked, table.ignore_null_updates, truncates)
         else:
             changelog = lake.read(spark, cl_uri)
             new = history.history_rows(
@@ -115,16 +114,18 @@ def update_history(
         # and its versions now. Only the keys with a difference are rewritten.
         per_key = _differences(new, old, key).persist(PERSIST_LEVEL)
         try:
-            totals = per_key.agg(F.sum("added"), F.sum("gone"), F.sum("versions")).first()
+            with phase("history.differences"):
+                totals = per_key.agg(F.sum("added"), F.sum("gone"), F.sum("versions")).first()
             written, removed, versions = (int(v or 0) for v in totals)
             changed_keys = per_key.select(*key)
-            if written or removed:
-                rows = new.join(changed_keys, key, "left_semi")
-                lake.replace_keys(
-                    spark, h_uri, rows, changed_keys, key, new_state, versions, compact=True
-                )
-            else:
-                lake.record_state(h_uri, new_state)
+            with phase("history.replace"):
+                if written or removed:
+                    rows = new.join(changed_keys, key, "left_semi")
+                    lake.replace_keys(
+                        spark, h_uri, rows, changed_keys, key, new_state, versions, compact=True
+                    )
+                else:
+                    lake.record_state(h_uri, new_state)
         finally:
             per_key.unpersist()
     finally:
@@ -173,16 +174,16 @@ def _extended(
     key: list[str],
     tracked: list[str],
     ignore_null_updates: bool,
-    affected: DataFrame,
     truncates: list[tuple[str, int | None]],
 ) -> DataFrame:
-    """The whole history of the ``affected`` keys when every ``added`` change is newer than
+    """The whole history of the keys ``added`` touches when every change in it is newer than
     their ``old`` history rows: the closed versions as they are; the open, live ones and the
     new ones from the open versions (``history.seed_events``) and the new changes; an open
-    delete closed by the key's first new version."""
+    delete closed by the key's first new version. Every event ``added`` gives is of a key it
+    touches, so its events need no filter by those keys."""
     seeds = history.seed_events(old, added, key)
     tail = history.history_rows(
-        added, key, tracked, ignore_null_updates, affected, truncates, seeds
+        added, key, tracked, ignore_null_updates, truncates=truncates, seeds=seeds
     )
     old = old.select(*_typed_as(old, tail.schema.fields))
     is_current, is_deleted = F.col(history.IS_CURRENT), F.col(history.IS_DELETED)
