@@ -387,8 +387,12 @@ def replace(
 
 
 def sorted_by_key(df: DataFrame, key: list[str], rows: int | None) -> DataFrame:
-    """``df`` range-partitioned and sorted by ``key``: each file holds one key range."""
+    """``df`` range-partitioned and sorted by ``key``: each file holds one key range. Rows for
+    one file are sorted in one task, with no shuffle (a Spark job of its own): every caller's
+    ``df`` is persisted, so the task reads it as computed."""
     parts = max(1, -(-rows // ROWS_PER_FILE)) if rows is not None else None
+    if parts == 1:
+        return df.coalesce(1).sortWithinPartitions(*key)
     ranged = df.repartitionByRange(parts, *key) if parts else df.repartitionByRange(*key)
     return ranged.sortWithinPartitions(*key)
 
