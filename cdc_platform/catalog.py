@@ -582,14 +582,38 @@ class ModelsConfig(_Strict):
     @field_validator("rebuild_cron")
     @classmethod
     def _valid_cron(cls, v: str | None) -> str | None:
-        if v is not None:
-            import dagster as dg  # only then: the CLI's other commands need no Dagster
+        return v if v is None else _cron(v)
 
-            try:
-                dg.AutomationCondition.cron_tick_passed(v)
-            except Exception:
-                raise ValueError(f"not a cron schedule: {v!r}") from None
-        return v
+
+def _cron(v: str) -> str:
+    import dagster as dg  # only then: the CLI's other commands need no Dagster
+
+    try:
+        dg.AutomationCondition.cron_tick_passed(v)
+    except Exception:
+        raise ValueError(f"not a cron schedule: {v!r}") from None
+    return v
+
+
+class MaintenanceConfig(_Strict):
+    """The upkeep of the tables: the ``cdc_maintenance`` job vacuums every table (daily)."""
+
+    cron: str = Field("0 3 * * *", description="when the maintenance job runs (cron, UTC)")
+    retention_hours: int = Field(
+        168,  # Delta Lake's default (delta.deletedFileRetentionDuration): a week
+        ge=24,
+        le=168,
+        description="a data file no longer in its table (replaced by a merge, or left by a "
+        "crashed write) is deleted once this many hours old; time travel reaches back as far. "
+        "At least 24, longer than any run: a run's files are on disk before its commit names "
+        "them. At most 168: a table's log forgets replaced files after a week "
+        "(delta.deletedFileRetentionDuration)",
+    )
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, v: str) -> str:
+        return _cron(v)
 
 
 class Catalog(_Strict):
@@ -605,6 +629,9 @@ class Catalog(_Strict):
     sources: list[SourceConfig] = Field(description="the sources and their tables")
     models: ModelsConfig = Field(
         default_factory=ModelsConfig, description="how the SQL models follow their inputs"
+    )
+    maintenance: MaintenanceConfig = Field(
+        default_factory=MaintenanceConfig, description="the daily vacuum of the tables"
     )
     base_dir: Path = Field(Path("."), exclude=True)
 

@@ -1,11 +1,13 @@
 """The code location: per catalog source its assets, checks, job, sensor and automation sensor;
-the SQL models and theirs; the freshness schedule, the resources and the in-process executor."""
+the SQL models and theirs; the freshness schedule, the maintenance job and its schedule, the
+resources and the in-process executor."""
 
 import dagster as dg
 
 from cdc_platform.catalog import default_catalog_path, load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.freshness import build_freshness_schedule
+from cdc_platform.defs.maintenance import build_maintenance_defs
 from cdc_platform.defs.models import build_models_defs
 from cdc_platform.defs.resources import build_resources
 
@@ -18,6 +20,7 @@ def defs() -> dg.Definitions:
     return dg.Definitions.merge(
         *sources,
         build_models_defs(catalog),
+        build_maintenance_defs(catalog.maintenance),
         dg.Definitions(
             schedules=[build_freshness_schedule(freshness_checks)] if freshness_checks else [],
             resources=build_resources(catalog),

@@ -9,7 +9,8 @@ log; Spark reads and writes the data.
 - ``merge``: MERGE, key replacement and deletes in Spark, copy-on-write;
 - ``kafka_offsets``: a Kafka source's raw batches with their offsets;
 - ``landing_files``: a files source's raw, one data file per landing file;
-- ``staging``: frames a step computes once and reads several times, as Parquet.
+- ``staging``: frames a step computes once and reads several times, as Parquet;
+- ``vacuum``: deletes the data files no version within the retention names.
 """
 
 from cdc_platform.lake.commit import (
@@ -24,7 +25,6 @@ from cdc_platform.lake.commit import (
     properties,
     record_state,
     replace,
-    vacuum,
 )
 from cdc_platform.lake.kafka_offsets import (
     KAFKA_KEY,
@@ -85,11 +85,12 @@ from cdc_platform.lake.tables import (
     tables_under,
     version,
 )
+from cdc_platform.lake.vacuum import Vacuumed, all_tables, vacuum
 
 __all__ = [
     "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY", "KAFKA_KEY",
     "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW", "REBUILT",
-    "ROWS_PER_FILE", "append", "append_kafka_batch", "append_normalized",
+    "ROWS_PER_FILE", "all_tables", "append", "append_kafka_batch", "append_normalized",
     "arrow_schema", "broadcastable", "candidates", "Candidates", "ChangelogFacts",
     "changelog_facts", "changelog_tables", "delete_rows", "describe",
     "exists", "files",
@@ -100,6 +101,6 @@ __all__ = [
     "read_arrow",
     "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
     "may_hold_truncates", "stat_range", "state", "TABLE_PROPERTIES", "TableMoved", "TableRef",
-    "TableState", "tables_under", "upsert_newer", "vacuum",
+    "TableState", "tables_under", "upsert_newer", "vacuum", "Vacuumed",
     "version",
 ]  # fmt: skip

@@ -395,15 +395,3 @@ def sorted_by_key(df: DataFrame, key: list[str], rows: int | None) -> DataFrame:
         return df.coalesce(1).sortWithinPartitions(*key)
     ranged = df.repartitionByRange(parts, *key) if parts else df.repartitionByRange(*key)
     return ranged.sortWithinPartitions(*key)
-
-
-def vacuum(uri: str, retention_hours: int = 168) -> list[str]:
-    """Delete the files older than ``retention_hours`` that the snapshot does not name: files
-    replaced since (time travel to their versions ends) and crashed writes' folders. Keep the
-    retention longer than any run, or a run's files written but not yet committed go too."""
-    if not exists(uri):
-        return []
-    return DeltaTable(uri).vacuum(
-        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
-        full=True,
-    )  # fmt: skip

@@ -4,8 +4,7 @@ Each write goes to a folder of its own inside the table (``write-<uuid>/``, part
 below it), so the driver lists exactly the files of that write; it reads their Parquet footers
 (no data) for the add actions' statistics and moves them into the table's own partition
 folders (Spark's file names are unique per write), where every reader expects them. Files no
-commit names are invisible to every reader; ``vacuum`` (``lake.commit``) deletes a crashed
-write's.
+commit names are invisible to every reader; ``lake.vacuum`` deletes a crashed write's.
 """
 
 import datetime as dt

@@ -79,6 +79,12 @@ def test_a_kafka_source_gets_an_append_only_raw_asset_a_sensor_and_freshness_che
     assert d.get_schedule_def("cdc_freshness").cron_schedule == "*/5 * * * *"
 
 
+def test_the_maintenance_job_vacuums_the_tables_daily_unless_told_otherwise():
+    maintenance = defs().get_schedule_def("cdc_maintenance_schedule")
+    assert (maintenance.cron_schedule, maintenance.job_name) == ("0 3 * * *", "cdc_maintenance")
+    assert maintenance.default_status == dg.DefaultScheduleStatus.RUNNING
+
+
 def test_every_run_of_a_source_carries_its_tag_for_the_run_queue():
     d = defs()
     repo = d.get_repository_def()

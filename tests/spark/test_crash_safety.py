@@ -162,8 +162,8 @@ def test_a_killed_replay_reruns_to_the_uninterrupted_tables(
     _replay(spark, warehouse, files[1], DAYS[1])
     assert _tables(spark, warehouse) == want
 
-    for log in warehouse.rglob("_delta_log"):
-        lake.vacuum(str(log.parent), retention_hours=0)
+    for uri in lake.all_tables(warehouse):
+        lake.vacuum(uri, retention_hours=0)
     assert _orphans(warehouse) == []
     assert not list(warehouse.rglob("write-*"))
     assert _tables(spark, warehouse) == want

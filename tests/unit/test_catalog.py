@@ -59,6 +59,11 @@ def test_environment_overrides_storage(tmp_path, monkeypatch):
         ("sources: [{name: a, start_date: 2999-01-01}]",
          "sources.0.start_date: 2999-01-01 is after today"),
         ("sources: [{name: models}]", "sources.0.name: models is reserved"),
+        ("maintenance: {retention_hours: 1}\nsources: []",
+         "maintenance.retention_hours: Input should be greater than or equal to 24"),
+        ("maintenance: {retention_hours: 720}\nsources: []",
+         "maintenance.retention_hours: Input should be less than or equal to 168"),
+        ("maintenance: {cron: daily}\nsources: []", "maintenance.cron: not a cron schedule"),
     ],
 )  # fmt: skip
 def test_bad_catalogs_name_the_problem(tmp_path, text, message):

@@ -1,0 +1,64 @@
+"""The daily maintenance: vacuum every table of the warehouse (``cdc_platform.lake.vacuum``).
+
+A live source replaces data files all day (each merge rewrites the files holding its keys)
+and the replaced files stay on disk until a vacuum: without it the warehouse grows with every
+micro-batch, not with the data. The ``cdc_maintenance`` job vacuums every table, on the
+``maintenance.cron`` schedule (daily by default), or when launched from the UI.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+
+from cdc_platform import lake
+from cdc_platform.catalog import MaintenanceConfig
+from cdc_platform.defs.resources import LakeResource
+
+JOB_NAME = "cdc_maintenance"
+
+
+def vacuum_tables(context: dg.OpExecutionContext, warehouse: Path, hours: int) -> dict:
+    """Vacuum every table; a table that fails is named at the end, after the others are done."""
+    files = size = 0
+    failed = {}
+    tables = lake.all_tables(warehouse)
+    for uri in tables:
+        try:
+            done = lake.vacuum(uri, retention_hours=hours)
+        except Exception as error:  # noqa: BLE001 - one table's trouble must not stop the rest
+            failed[uri] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+            continue
+        if done.files:
+            context.log.info(f"{uri}: {done.files} files deleted, {done.bytes:,} bytes")
+        files, size = files + done.files, size + done.bytes
+    if failed:
+        lines = "\n".join(f"{uri}: {why}" for uri, why in failed.items())
+        raise dg.Failure(f"{len(failed)} of {len(tables)} tables failed to vacuum\n{lines}")
+    return {"tables": len(tables), "files_deleted": files, "bytes_deleted": size}
+
+
+def build_maintenance_defs(config: MaintenanceConfig) -> dg.Definitions:
+    hours = config.retention_hours
+
+    @dg.op(
+        name="vacuum_tables",
+        description=(
+            f"Deletes the data files of every table that are no longer in it (replaced by a "
+            f"merge, or left by a crashed write) once they are {hours} hours old."
+        ),
+    )
+    def vacuum_op(context: dg.OpExecutionContext, lake: LakeResource) -> dg.Output[None]:
+        return dg.Output(None, metadata=vacuum_tables(context, lake.warehouse_path, hours))
+
+    @dg.job(name=JOB_NAME, description="Vacuums every table of the warehouse.")
+    def maintenance_job() -> None:
+        vacuum_op()
+
+    schedule = dg.ScheduleDefinition(
+        name=f"{JOB_NAME}_schedule",
+        job=maintenance_job,
+        cron_schedule=config.cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Runs {JOB_NAME} on the cron schedule {config.cron} (UTC).",
+    )
+    return dg.Definitions(jobs=[maintenance_job], schedules=[schedule])
