@@ -1,9 +1,10 @@
-"""The daily maintenance: vacuum every table of the warehouse (``cdc_platform.lake.vacuum``).
+"""The daily maintenance of every table of the warehouse: vacuum (``cdc_platform.lake.vacuum``)
+and, for a table an older release created, our table properties (``lake.upgrade_properties``).
 
 A live source replaces data files all day (each merge rewrites the files holding its keys)
 and the replaced files stay on disk until a vacuum: without it the warehouse grows with every
-micro-batch, not with the data. The ``cdc_maintenance`` job vacuums every table, on the
-``maintenance.cron`` schedule (daily by default), or when launched from the UI.
+micro-batch, not with the data. The ``cdc_maintenance`` job runs on the ``maintenance.cron``
+schedule (daily by default), or when launched from the UI.
 """
 
 from pathlib import Path
@@ -17,13 +18,16 @@ from cdc_platform.defs.resources import LakeResource
 JOB_NAME = "cdc_maintenance"
 
 
-def vacuum_tables(context: dg.OpExecutionContext, warehouse: Path, hours: int) -> dict:
-    """Vacuum every table; a table that fails is named at the end, after the others are done."""
-    files = size = 0
+def maintain_tables(context: dg.OpExecutionContext, warehouse: Path, hours: int) -> dict:
+    """Maintain every table; a table that fails is named at the end, after the others are done."""
+    files = size = upgraded = 0
     failed = {}
     tables = lake.all_tables(warehouse)
     for uri in tables:
         try:
+            if lake.upgrade_properties(uri):
+                upgraded += 1
+                context.log.info(f"{uri}: table properties set to {lake.TABLE_PROPERTIES}")
             done = lake.vacuum(uri, retention_hours=hours)
         except Exception as error:  # noqa: BLE001 - one table's trouble must not stop the rest
             failed[uri] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
@@ -33,26 +37,28 @@ def vacuum_tables(context: dg.OpExecutionContext, warehouse: Path, hours: int) -
         files, size = files + done.files, size + done.bytes
     if failed:
         lines = "\n".join(f"{uri}: {why}" for uri, why in failed.items())
-        raise dg.Failure(f"{len(failed)} of {len(tables)} tables failed to vacuum\n{lines}")
-    return {"tables": len(tables), "files_deleted": files, "bytes_deleted": size}
+        raise dg.Failure(f"{len(failed)} of {len(tables)} tables failed their maintenance\n{lines}")
+    return {"tables": len(tables), "files_deleted": files, "bytes_deleted": size,
+            "tables_upgraded": upgraded}  # fmt: skip
 
 
 def build_maintenance_defs(config: MaintenanceConfig) -> dg.Definitions:
     hours = config.retention_hours
 
     @dg.op(
-        name="vacuum_tables",
+        name="maintain_tables",
         description=(
-            f"Deletes the data files of every table that are no longer in it (replaced by a "
-            f"merge, or left by a crashed write) once they are {hours} hours old."
+            f"In every table: deletes the data files that are no longer in it (replaced by a "
+            f"merge, or left by a crashed write) once they are {hours} hours old, and sets our "
+            "table properties where an older release did not."
         ),
     )
-    def vacuum_op(context: dg.OpExecutionContext, lake: LakeResource) -> dg.Output[None]:
-        return dg.Output(None, metadata=vacuum_tables(context, lake.warehouse_path, hours))
+    def maintain_op(context: dg.OpExecutionContext, lake: LakeResource) -> dg.Output[None]:
+        return dg.Output(None, metadata=maintain_tables(context, lake.warehouse_path, hours))
 
-    @dg.job(name=JOB_NAME, description="Vacuums every table of the warehouse.")
+    @dg.job(name=JOB_NAME, description="Vacuums every table; sets old tables' properties.")
     def maintenance_job() -> None:
-        vacuum_op()
+        maintain_op()
 
     schedule = dg.ScheduleDefinition(
         name=f"{JOB_NAME}_schedule",

@@ -25,6 +25,7 @@ from cdc_platform.lake.commit import (
     properties,
     record_state,
     replace,
+    upgrade_properties,
 )
 from cdc_platform.lake.kafka_offsets import (
     KAFKA_KEY,
@@ -101,6 +102,6 @@ __all__ = [
     "read_arrow",
     "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
     "may_hold_truncates", "stat_range", "state", "TABLE_PROPERTIES", "TableMoved", "TableRef",
-    "TableState", "tables_under", "upsert_newer", "vacuum", "Vacuumed",
+    "TableState", "tables_under", "upgrade_properties", "upsert_newer", "vacuum", "Vacuumed",
     "version",
 ]  # fmt: skip

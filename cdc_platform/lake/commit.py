@@ -395,3 +395,15 @@ def sorted_by_key(df: DataFrame, key: list[str], rows: int | None) -> DataFrame:
         return df.coalesce(1).sortWithinPartitions(*key)
     ranged = df.repartitionByRange(parts, *key) if parts else df.repartitionByRange(*key)
     return ranged.sortWithinPartitions(*key)
+
+
+def upgrade_properties(uri: str) -> bool:
+    """Give a table that an older release created our ``TABLE_PROPERTIES`` (its checkpoint
+    interval); True when it lacked them. A commit of its own: a step holding a ``Pin`` on the
+    table meanwhile fails with ``TableMoved`` and runs again."""
+    dt = DeltaTable(uri)
+    have = dt.metadata().configuration
+    missing = {k: v for k, v in TABLE_PROPERTIES.items() if have.get(k) != v}
+    if missing:
+        dt.alter.set_table_properties(missing)
+    return bool(missing)

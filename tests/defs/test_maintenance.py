@@ -1,5 +1,6 @@
 """The maintenance job vacuums every table: replaced files and crashed writes' files go once older
-than the retention, younger ones and every live file stay, and nothing is committed."""
+than the retention, younger ones and every live file stay, and nothing is committed; a table an
+older release made gets our table properties, once."""
 
 import os
 import time
@@ -14,7 +15,7 @@ from deltalake.transaction import RemoveAction
 from cdc_platform.catalog import MaintenanceConfig
 from cdc_platform.defs.maintenance import JOB_NAME, build_maintenance_defs
 from cdc_platform.defs.resources import LakeResource
-from cdc_platform.lake.tables import add_actions
+from cdc_platform.lake.tables import TABLE_PROPERTIES, add_actions
 
 HOUR_MS = 3600 * 1000
 
@@ -57,8 +58,16 @@ def _run(warehouse: Path, hours: int = 24) -> dg.ExecuteInProcessResult:
 def warehouse(tmp_path) -> Path:
     for layer in ("current/shop/customers", "raw/shop", "models/daily"):
         for n in range(3):
-            write_deltalake(tmp_path / layer, pa.table({"id": [n]}), mode="append")
+            write_deltalake(
+                tmp_path / layer, pa.table({"id": [n]}), mode="append",
+                configuration=TABLE_PROPERTIES,
+            )  # fmt: skip
     return tmp_path
+
+
+def _metadata(result: dg.ExecuteInProcessResult) -> dict:
+    output = next(e for e in result.events_for_node("maintain_tables") if e.is_successful_output)
+    return {k: v.value for k, v in output.step_output_data.metadata.items()}
 
 
 def test_vacuum_deletes_what_is_older_than_the_retention_and_commits_nothing(warehouse):
@@ -75,9 +84,9 @@ def test_vacuum_deletes_what_is_older_than_the_retention_and_commits_nothing(war
     result = _run(warehouse)
 
     assert result.success
-    output = next(e for e in result.events_for_node("vacuum_tables") if e.is_successful_output)
-    counts = {k: v.value for k, v in output.step_output_data.metadata.items()}
+    counts = _metadata(result)
     assert counts["tables"] == 3 and counts["files_deleted"] == 2
+    assert counts["tables_upgraded"] == 0
     assert not old_replaced.exists() and not old_crash.exists()
     assert not old_crash.parents[1].exists(), "the crashed write's folder is gone"
     assert young_replaced.exists() and young_crash.exists() and staged.exists()
@@ -98,7 +107,21 @@ def test_a_table_that_fails_is_named_and_the_others_are_still_vacuumed(warehouse
     result = _run(warehouse)
 
     assert not result.success
-    failure = result.failure_data_for_node("vacuum_tables").error.message
-    assert "1 of 4 tables failed to vacuum" in failure
+    failure = result.failure_data_for_node("maintain_tables").error.message
+    assert "1 of 4 tables failed their maintenance" in failure
     assert f"\n{broken}: " in failure
     assert not old_replaced.exists()
+
+
+def test_a_table_an_older_release_made_gets_our_properties_once(warehouse):
+    old = warehouse / "history" / "shop" / "customers"
+    write_deltalake(old, pa.table({"id": [1]}))  # delta-rs's defaults: a checkpoint every 100
+    rows = DeltaTable(old).to_pyarrow_table()
+
+    first, second = _run(warehouse), _run(warehouse)
+
+    assert _metadata(first)["tables_upgraded"] == 1
+    assert _metadata(second)["tables_upgraded"] == 0
+    dt = DeltaTable(old)
+    assert dt.metadata().configuration.items() >= TABLE_PROPERTIES.items()
+    assert dt.version() == 1 and dt.to_pyarrow_table() == rows
