@@ -1,7 +1,8 @@
 """Wire formats. Each module turns raw messages into canonical parsed records with Spark functions.
 
 ``FORMATS`` maps each format name to its module, which satisfies ``contract.Format``: ``NAME``,
-``OPTIONS``, ``parse(raw, options)``, ``column_specs(value_schema)`` and ``claims(keys, value)``.
+``OPTIONS``, ``parse(raw, options)``, ``column_specs(value_schema)``, ``claims(keys, value,
+probe)`` and the paths ``claims`` reads.
 The exception is ``auto`` (``detect``), which recognises each message's format and hands it to
 that module: only a ``contract.Parser``. ``parser_for(name)`` looks up any format name,
 ``format_for(name)`` a wire format.

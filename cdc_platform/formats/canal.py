@@ -60,6 +60,7 @@ _BINARY_TYPE = r"^\s*((tiny|medium|long)?blob|(var)?binary)\b"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("data", 0), ("old", 0), ("mysqlType",))
 TOKEN_PATHS = ()  # values are text (mysqlType types them)
+CLAIM_PATHS = ()  # the claim reads top-level keys only
 _TEMP = (J.VARIANT, "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
          "_is_ddl", "_table", "_kind", "_reason", "_truncate", "_database", "_pk", "_ms", "_gtid",
          "_rows", "_pos", "_row")  # fmt: skip
@@ -258,7 +259,7 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     return specs
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A Canal flat message (a DML message, or a DDL message such as DTS's, without ``data``)."""
 
     has = J.key_test(keys)

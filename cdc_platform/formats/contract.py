@@ -42,14 +42,19 @@ class Format(Parser, Protocol):
     # token types, newest image first, for ``infer_types`` on messages without a schema.
     # (): the format writes values as text (Canal) or has no JSON images.
     TOKEN_PATHS: tuple[str, ...]
+    # JSON paths (``$.payload.op``) of the nested fields ``claims`` reads from ``probe``: detection
+    # parses every format's out of a message in one pass. (): the claim reads top-level keys only.
+    CLAIM_PATHS: tuple[str, ...]
 
     def column_specs(self, value_schema: str) -> dict[str, ColumnSpec]:
         """Column types from the format's own schema text (a record's ``value_schema``), read on
         the driver for the few distinct values of a batch; {} when the format has none."""
         ...
 
-    def claims(self, keys: Column, value: Column) -> Column:
+    def claims(self, keys: Column, value: Column, probe: Column) -> Column:
         """True when a message looks like this format, and false for every other registered
         format's messages (two claimants quarantine it as ambiguous). ``keys``: the message's
-        top-level JSON keys, null when it is not a JSON object; ``value``: its text."""
+        top-level JSON keys, null when it is not a JSON object; ``value``: its text; ``probe``:
+        the fields at every format's ``CLAIM_PATHS`` (``json_records.probe``), read with
+        ``json_records.probed``."""
         ...

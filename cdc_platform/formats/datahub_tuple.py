@@ -38,6 +38,7 @@ NAME = "datahub-tuple"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()  # typed by the table schema
+CLAIM_PATHS = ()  # the claim reads top-level keys only
 
 SEQUENCE_ID = "_sequence_id_"
 OPERATION = "_operation_type_"
@@ -189,7 +190,7 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     return {}
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A JSON object with the DataHub Tuple meta columns."""
     has = J.key_test(keys)
     return has(OPERATION) & has(SEQUENCE_ID)

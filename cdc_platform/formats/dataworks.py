@@ -47,6 +47,7 @@ NAME = "dataworks"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()  # typed by dataColumn
+CLAIM_PATHS = ("$.payload.sequenceId", "$.schema.dataColumn", "$.payload.op")
 
 _S = T.StringType()
 _IMAGE = T.StructType([T.StructField("dataColumn", C.IMAGE)])
@@ -343,7 +344,7 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     }
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """``schema`` and ``payload`` at the top, with a ``payload.sequenceId``, a
     ``schema.dataColumn`` or a DataWorks op (heartbeats carry neither of the first two)."""
     known_ops = [*CHANGE_OPS, *UPDATE_BEFORE_OPS, *CONTROL_OPS, *DDL_OPS]
@@ -352,8 +353,8 @@ def claims(keys: Column, value: Column) -> Column:
         has("schema")
         & has("payload")
         & (
-            F.get_json_object(value, "$.payload.sequenceId").isNotNull()
-            | F.get_json_object(value, "$.schema.dataColumn").isNotNull()
-            | F.get_json_object(value, "$.payload.op").isin(*known_ops)
+            J.probed(probe, "$.payload.sequenceId").isNotNull()
+            | J.probed(probe, "$.schema.dataColumn").isNotNull()
+            | J.probed(probe, "$.payload.op").isin(*known_ops)
         )
     )

@@ -27,6 +27,7 @@ OPTIONS: Options = {
 PLACEHOLDER = "__debezium_unavailable_value"
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ("$.payload.after", "$.after", "$.payload.before", "$.before")
+CLAIM_PATHS = ("$.payload.op", "$.payload.ddl", "$.payload.status")
 
 _S = T.StringType()
 _SOURCE = T.StructType(
@@ -208,21 +209,18 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     }
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A Debezium envelope (bare or under ``payload``), heartbeat or transaction marker."""
 
     has = J.key_test(keys)
-    payload_op = F.get_json_object(value, "$.payload.op")
-    # Each lookup once: Spark evaluates a repeated subexpression up front, for every message.
-    payload_ddl_text = ~F.get_json_object(value, "$.payload.ddl").startswith("{")
     enveloped = (
         has("schema")
         & has("payload")
         & (
-            (F.length(payload_op) == 1)
+            (F.length(J.probed(probe, "$.payload.op")) == 1)
             # Debezium's schema-change ddl is a string; DataWorks' is an object {text, ddlMeta}
-            | F.coalesce(payload_ddl_text, F.lit(False))
-            | F.get_json_object(value, "$.payload.status").isNotNull()
+            | F.coalesce(~J.probed(probe, "$.payload.ddl").startswith("{"), F.lit(False))
+            | J.probed(probe, "$.payload.status").isNotNull()
         )
     )
     bare = has("op") & has("source") & (has("before") | has("after"))

@@ -5,9 +5,10 @@ JSON keys, null when it is not a JSON object). Exactly one claimant parses the m
 no format claims, or that several claim, is quarantined with that reason. A Kafka tombstone
 (null value) belongs to no format: it is a control record.
 
-What it costs: a first pass over the values only names each message's claimants (the keys
-parsed once per message; a claim's nested lookups run only where its own key tests pass) and
-collects the names found. Then each format found parses its own messages and nothing else: where
+What it costs: a first pass over the values only names each message's claimants and collects
+the names found. It parses a message at most twice: for its top-level keys, and for the nested
+fields the claims read (every format's ``CLAIM_PATHS`` at once, only in messages with one of
+their top-level keys). Then each format found parses its own messages and nothing else: where
 one format claims every message (tombstones aside), its parser reads the batch with no filter,
 so ``auto`` costs that format plus the pass. Only a batch that mixes formats, or holds messages
 no format or several claim, keeps the names (a local checkpoint) and filters on them.
@@ -23,6 +24,7 @@ from cdc_platform.formats.contract import Format, Options
 
 NAME = "auto"
 _KEYS = "_keys"
+_PROBE = "_probe"
 # The names of a message's claimants, comma-separated ("" for none; null for a tombstone).
 _CLAIMED = "_claimed"
 
@@ -41,19 +43,18 @@ def candidates() -> dict[str, Format]:
 # Every format's options: each parser takes the ones it knows. A plain attribute computed at
 # import: from Python 3.12 isinstance against ``contract.Parser`` looks attributes up statically.
 OPTIONS: Options = {k: v for m in candidates().values() for k, v in m.OPTIONS.items()}
+# The nested fields every claim reads, parsed out of a message together.
+CLAIM_PATHS = sorted({p for m in candidates().values() for p in m.CLAIM_PATHS})
 
 
-def _claimed_by(keys: Column, value: Column) -> Column:
+def _claimed_by(keys: Column, value: Column, probe: Column) -> Column:
     """The names of the formats that claim a message, comma-separated (null for a tombstone)."""
-    # Each claim in a CASE branch: Spark evaluates a subexpression that several claims share (a
-    # get_json_object path) up front, for every message, unless it sits in a branch; there it
-    # runs only where the claim's own key checks reach it.
     return F.when(
         value.isNotNull(),
         F.concat_ws(
             ",",
             *[
-                F.when(value.isNull(), F.lit(None)).when(m.claims(keys, value), F.lit(n))
+                F.when(value.isNull(), F.lit(None)).when(m.claims(keys, value, probe), F.lit(n))
                 for n, m in candidates().items()
             ],
         ),
@@ -62,15 +63,18 @@ def _claimed_by(keys: Column, value: Column) -> Column:
 
 def claimants(keys: Column, value: Column) -> Column:
     """The names of the formats that claim a message."""
-    claimed = _claimed_by(keys, value)
+    claimed = _claimed_by(keys, value, J.probe(keys, CLAIM_PATHS))
     return F.when(claimed == "", F.array().cast("array<string>")).otherwise(F.split(claimed, ","))
 
 
 def _with_claims(raw: DataFrame) -> DataFrame:
     text = J.text()
-    # The keys in a column of their own: every claim reads them, the text is parsed once.
+    # The keys and the probe in columns of their own: every claim reads them, and Spark keeps a
+    # column that several expressions read from being computed once for each.
     keyed = raw.withColumn(_KEYS, F.when(F.col("value").isNotNull(), F.json_object_keys(text)))
-    return keyed.withColumn(_CLAIMED, _claimed_by(F.col(_KEYS), text)).drop(_KEYS)
+    probed = keyed.withColumn(_PROBE, J.probe(F.col(_KEYS), CLAIM_PATHS))
+    claimed = _claimed_by(F.col(_KEYS), text, F.col(_PROBE))
+    return probed.withColumn(_CLAIMED, claimed).drop(_KEYS, _PROBE)
 
 
 def _unrouted(rows: DataFrame, claimed: Column) -> DataFrame:

@@ -59,6 +59,7 @@ NAME = "dts-avro"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()  # Avro, typed by its union branches
+CLAIM_PATHS = ()  # the claim reads no JSON but its keys (none at all: binary)
 
 SCHEMA_RESOURCE = "dts_avro.avsc"
 _NS = "com.alibaba.dts.formats.avro."
@@ -733,7 +734,7 @@ def header_ok(value: Column) -> Column:
     return F.coalesce(prefix.rlike(_HEADER), F.lit(False))
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A binary value (not a JSON object nor JSON-looking text) with a DTS Avro Record header."""
     text = F.substring(value.cast("binary"), 1, 1)
     json_start = F.hex(text).isin("7B", "5B", "22")  # { [ "

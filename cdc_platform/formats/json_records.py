@@ -1,5 +1,6 @@
 """JSON plumbing shared by the JSON wire formats: reading a message, overlaying row images, and
-testing a message's top-level keys (``key_test``, for ``claims``).
+what ``claims`` reads: a message's top-level keys (``key_test``) and the nested fields every
+format's claim names, parsed once (``probe``, ``probed``).
 
 A message is read in one of two ways, each added to the raw rows in one ``select``:
 
@@ -14,7 +15,8 @@ A message is read in one of two ways, each added to the raw rows in one ``select
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -93,10 +95,39 @@ def unreadable_reason(corrupt: Column, wrong_shape: str) -> Column:
 
 def key_test(keys: Column) -> Callable[[str], Column]:
     """For ``claims``: ``has(k)``, true when the message's top-level ``keys`` include ``k``, false
-    otherwise, also when it is not a JSON object (``keys`` null): a claim that starts with its key
-    tests then never runs its nested lookups on other bytes (such as a DTS Avro record, on which
-    each get_json_object call fails with an exception)."""
+    otherwise, also when it is not a JSON object (``keys`` null), so ``probe`` never parses other
+    bytes (such as a DTS Avro record)."""
     return lambda k: F.coalesce(F.array_contains(keys, k), F.lit(False))
+
+
+def probe(keys: Column, paths: Iterable[str]) -> Column:
+    """The fields at ``paths`` (``$.payload.op``) of a message, parsed out of it in one pass, as
+    text (an object's or array's as its JSON; null when absent or JSON null), for ``claims``
+    (``probed``). Null for a message with none of their top-level keys (``keys``), which is
+    then not parsed."""
+    tree: dict = {}
+    for path in paths:
+        node = tree
+        for name in path.removeprefix("$.").split("."):
+            node = node.setdefault(name, {})
+    if not tree:
+        return F.lit(None)
+
+    def struct(node: dict) -> T.StructType:
+        fields = [(n, struct(sub) if sub else T.StringType()) for n, sub in sorted(node.items())]
+        return T.StructType([T.StructField(n, t) for n, t in fields])
+
+    has = key_test(keys)
+    return F.when(
+        reduce(Column.__or__, [has(k) for k in sorted(tree)]), F.from_json(text(), struct(tree))
+    )
+
+
+def probed(probe: Column, path: str) -> Column:
+    """The text at ``path`` (one of the paths the probe was made for) of a ``probe``."""
+    for name in path.removeprefix("$.").split("."):
+        probe = probe.getField(name)
+    return probe
 
 
 def overlay(base: Column, changes: Column) -> Column:

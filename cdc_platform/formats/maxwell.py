@@ -34,6 +34,7 @@ _IMAGE = "map<string,string>"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("data",), ("old",))
 TOKEN_PATHS = ("$.data", "$.old")
+CLAIM_PATHS = ()  # the claim reads top-level keys only
 # The last row of a transaction has commit=true and no xoffset: it sorts after the others.
 _LAST = "9999999999"
 
@@ -134,7 +135,7 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     return {}
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A Maxwell row message (or a Maxwell DDL message: ``type``, ``sql`` and ``def``)."""
 
     has = J.key_test(keys)

@@ -28,6 +28,7 @@ _IMAGE = "map<string,string>"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("after",), ("before",))
 TOKEN_PATHS = ("$.after", "$.before")
+CLAIM_PATHS = ()  # the claim reads top-level keys only
 _OP_TS = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 
 
@@ -111,7 +112,7 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     return {}
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A GoldenGate operation: ``op_type`` and ``table`` with an image (or a trail ``pos``)."""
 
     has = J.key_test(keys)

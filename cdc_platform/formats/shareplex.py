@@ -35,6 +35,7 @@ NAME = "shareplex"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()
+CLAIM_PATHS = ("$.meta.op",)
 
 _S = T.StringType()
 _META = T.StructType(
@@ -169,9 +170,8 @@ def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
     return {}
 
 
-def claims(keys: Column, value: Column) -> Column:
+def claims(keys: Column, value: Column, probe: Column) -> Column:
     """A JSON object with ``meta`` and ``data`` or ``key``, whose ``meta`` has an ``op``."""
 
     has = J.key_test(keys)
-    op = F.get_json_object(value, "$.meta.op")
-    return has("meta") & (has("data") | has("key")) & op.isNotNull()
+    return has("meta") & (has("data") | has("key")) & J.probed(probe, "$.meta.op").isNotNull()

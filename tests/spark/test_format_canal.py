@@ -198,7 +198,9 @@ def test_claims(spark):
     keys = F.json_object_keys("value")
     got = {
         r["name"]: r["c"]
-        for r in df.select("name", canal.claims(keys, F.col("value")).alias("c")).collect()
+        for r in df.select(
+            "name", canal.claims(keys, F.col("value"), F.lit(None)).alias("c")
+        ).collect()
     }
     assert got == {"dml": True, "dts_ddl": True, "maxwell": False, "debezium": False}
 

@@ -225,7 +225,8 @@ def test_claims_and_detection(spark):
     df = spark.createDataFrame([(d,) for d in docs], "value string")
     keys = F.json_object_keys("value")
     rows = df.select(
-        datahub_tuple.claims(keys, F.col("value")), detect.claimants(keys, F.col("value"))
+        datahub_tuple.claims(keys, F.col("value"), F.lit(None)),
+        detect.claimants(keys, F.col("value")),
     ).collect()
     assert [r[0] for r in rows] == [True, False, False]
     assert rows[0][1] == ["datahub-tuple"]  # format: auto gives Tuple records to this format

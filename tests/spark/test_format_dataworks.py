@@ -23,6 +23,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import dataworks, detect
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats.column_specs import ColumnSpec
 from cdc_platform.normalize import table_name
 from cdc_platform.steps.current import current_rows
@@ -547,7 +548,8 @@ def _claimants(spark, docs: list[str]) -> list[tuple[bool, list[str]]]:
     df = spark.createDataFrame([(d,) for d in docs], "value string")
     keys = F.json_object_keys("value")
     value = F.col("value")
-    rows = df.select(dataworks.claims(keys, value), detect.claimants(keys, value)).collect()
+    claim = dataworks.claims(keys, value, J.probe(keys, dataworks.CLAIM_PATHS))
+    rows = df.select(claim, detect.claimants(keys, value)).collect()
     return [(r[0], list(r[1])) for r in rows]
 
 

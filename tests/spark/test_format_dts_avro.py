@@ -371,8 +371,8 @@ def test_claims_dts_avro_bytes_and_never_json(spark):
     keys = F.when(F.col("value").isNotNull(), F.json_object_keys(text))
     rows = df.select(
         "name",
-        dts_avro.claims(keys, text).alias("as_text"),
-        dts_avro.claims(keys, F.col("value")).alias("as_binary"),
+        dts_avro.claims(keys, text, F.lit(None)).alias("as_text"),
+        dts_avro.claims(keys, F.col("value"), F.lit(None)).alias("as_binary"),
         detect.claimants(keys, text).alias("claimants"),
     ).collect()
     claimed = {r["name"] for r in rows if r["as_text"]}

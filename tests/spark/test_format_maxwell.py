@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats import maxwell
 from cdc_platform.ingest import landing
 from cdc_platform.steps.replay import replay
@@ -89,7 +90,8 @@ def test_claims(spark):
         "ogg": {"table": "A.B", "op_type": "I", "after": {}},
     }
     df = spark.createDataFrame([(k, json.dumps(v)) for k, v in values.items()], ["name", "value"])
-    claims = maxwell.claims(F.json_object_keys("value"), F.col("value"))
+    keys = F.json_object_keys("value")
+    claims = maxwell.claims(keys, F.col("value"), J.probe(keys, maxwell.CLAIM_PATHS))
     got = {r["name"]: r["c"] for r in df.select("name", claims.alias("c")).collect()}
     assert got == {"row": True, "ddl": True, "canal": False, "ogg": False}
     assert maxwell.column_specs("{}") == {}

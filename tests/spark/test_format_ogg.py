@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
+from cdc_platform.formats import json_records as J
 from cdc_platform.formats import ogg
 from cdc_platform.ingest import landing
 from cdc_platform.steps.replay import replay
@@ -63,7 +64,8 @@ def test_claims(spark):
         "maxwell": {"database": "d", "table": "t", "type": "insert", "ts": 1, "data": {}},
     }
     df = spark.createDataFrame([(k, json.dumps(v)) for k, v in values.items()], ["name", "value"])
-    claims = ogg.claims(F.json_object_keys("value"), F.col("value"))
+    keys = F.json_object_keys("value")
+    claims = ogg.claims(keys, F.col("value"), J.probe(keys, ogg.CLAIM_PATHS))
     got = {r["name"]: r["c"] for r in df.select("name", claims.alias("c")).collect()}
     assert got == {"ogg": True, "truncate": True, "debezium": False, "maxwell": False}
     assert ogg.column_specs("{}") == {}

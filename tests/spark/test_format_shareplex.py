@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect, shareplex
+from cdc_platform.formats import json_records as J
 from cdc_platform.ingest import landing
 from cdc_platform.normalize import table_name
 from cdc_platform.steps.current import current_rows
@@ -172,7 +173,7 @@ def test_parse_keeps_raw_columns_adds_the_parsed_schema_and_claims(spark, tmp_pa
     # as format detection calls claims: the value as text, keys null unless a JSON object
     keys = F.when(F.col("value").isNotNull(), F.json_object_keys(text))
     rows = (
-        parsed.withColumn("claimed", shareplex.claims(keys, text))
+        parsed.withColumn("claimed", shareplex.claims(keys, text, J.probe(keys, ["$.meta.op"])))
         .withColumn("claimants", detect.claimants(keys, text))
         .orderBy("line")
         .toArrow()

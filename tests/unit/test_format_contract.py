@@ -59,6 +59,7 @@ def test_every_wire_format_keeps_the_whole_contract(name):
         for path in module.IMAGE_PATHS
     )
     assert all(isinstance(p, str) and p.startswith("$.") for p in module.TOKEN_PATHS)
+    assert all(isinstance(p, str) and p.startswith("$.") for p in module.CLAIM_PATHS)
     assert _signature_mismatches(module, contract.Format) == []
 
 
@@ -74,12 +75,13 @@ def test_auto_is_only_a_parser_and_asks_every_wire_format():
 def test_a_module_with_a_missing_function_or_a_wrong_signature_is_caught():
     good = formats.format_for("ogg")
     fake = types.ModuleType("fake")
-    for name in ("NAME", "OPTIONS", "IMAGE_PATHS", "TOKEN_PATHS", "parse", "column_specs"):
+    for name in ("NAME", "OPTIONS", "IMAGE_PATHS", "TOKEN_PATHS", "CLAIM_PATHS", "parse",
+                 "column_specs"):  # fmt: skip
         setattr(fake, name, getattr(good, name))
     assert not isinstance(fake, contract.Format)  # no claims
 
-    def claims(keys, value):  # right names, no annotations
-        return good.claims(keys, value)
+    def claims(keys, value, probe):  # right names, no annotations
+        return good.claims(keys, value, probe)
 
     fake.claims = claims
     assert isinstance(fake, contract.Format)  # presence alone passes ...
