@@ -71,7 +71,7 @@ def _with_claims(raw: DataFrame) -> DataFrame:
     text = J.text()
     # The keys and the probe in columns of their own: every claim reads them, and Spark keeps a
     # column that several expressions read from being computed once for each.
-    keyed = raw.withColumn(_KEYS, F.when(F.col("value").isNotNull(), F.json_object_keys(text)))
+    keyed = raw.withColumn(_KEYS, J.object_keys())
     probed = keyed.withColumn(_PROBE, J.probe(F.col(_KEYS), CLAIM_PATHS))
     claimed = _claimed_by(F.col(_KEYS), text, F.col(_PROBE))
     return probed.withColumn(_CLAIMED, claimed).drop(_KEYS, _PROBE)

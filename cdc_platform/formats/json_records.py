@@ -24,6 +24,8 @@ from pyspark.sql import types as T
 
 NOT_AN_OBJECT = "invalid JSON: not a JSON object"
 VARIANT = "_v"  # read_exact's column
+# The first bytes a JSON object's text can have (hex): JSON's whitespace, "{", a UTF-8 BOM.
+_OBJECT_START = ("20", "09", "0A", "0D", "7B", "EF")
 CORRUPT = "_corrupt"  # read_struct's corrupt-record field
 _PERMISSIVE = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
 
@@ -91,6 +93,14 @@ def unreadable_reason(corrupt: Column, wrong_shape: str) -> Column:
     return F.when(corrupt & F.json_object_keys(text()).isNull(), F.lit(NOT_AN_OBJECT)).when(
         corrupt, F.lit(wrong_shape)
     )
+
+
+def object_keys() -> Column:
+    """The message's top-level keys; null when it is not a JSON object (or null). A value whose
+    first byte cannot start one (a DTS Avro record) is not handed to the JSON parser, whose
+    failure costs an exception a message."""
+    first = F.hex(F.substring(F.col("value").cast("binary"), 1, 1))
+    return F.when(first.isin(*_OBJECT_START), F.json_object_keys(text()))
 
 
 def key_test(keys: Column) -> Callable[[str], Column]:

@@ -53,8 +53,10 @@ def test_auto_quarantines_what_no_format_or_several_claim(spark, tmp_path):
     canal = (CORPUS / "canal/canal-data.txt").read_text().splitlines()[0]
     ogg = (CORPUS / "ogg/ogg-data.txt").read_text().splitlines()[0]
     both = {"op_type": "I", "table": "S.T", "after": {"id": 1}, "op": "c", "source": {}}
-    values = [canal.encode(), ogg.encode(), b'{"hello": 1}', json.dumps(both).encode(),
-              b"hello", b"[1, 2]", None]  # fmt: skip
+    # JSON may start with whitespace; a byte no JSON object starts with skips the JSON parser
+    values = [canal.encode(), b" \t\r\n" + ogg.encode(), b'{"hello": 1}',
+              json.dumps(both).encode(), b"hello", b"[1, 2]", None,
+              b"\x02" + ogg.encode()]  # fmt: skip
 
     got = {r["offset"]: r for r in _records(detect.parse(_raw(spark, tmp_path, values), {}))}
 
@@ -66,6 +68,7 @@ def test_auto_quarantines_what_no_format_or_several_claim(spark, tmp_path):
         4: (C.KIND_ERROR, "no format recognises this message", "auto"),
         5: (C.KIND_ERROR, "no format recognises this message", "auto"),
         6: (C.KIND_CONTROL, "kafka tombstone", "auto"),
+        7: (C.KIND_ERROR, "no format recognises this message", "auto"),
     }
     # the claims detection evaluates are every format's own
     keys = F.json_object_keys("value")
