@@ -15,6 +15,7 @@ it. Both leave the rows as they are, so a crash after them loses nothing.
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,12 +277,16 @@ def append(
     partition_by: list[str] | None = None,
     read_version: int | None = None,
     props: CommitProperties | None = None,
+    verify: Callable[[], None] | None = None,
+    empty: bool = False,
 ) -> int:
-    """Append ``df``'s rows (a new table is partitioned by ``partition_by``)."""
+    """Append ``df``'s rows (a new table is partitioned by ``partition_by``). ``verify``: called
+    after the write, before the commit (``written``). ``empty``: the caller knows ``df`` has
+    no rows: nothing is written (a new table is created empty), with no Spark job."""
     schema = evolve(df.sparkSession, uri, arrow_of(df))
     if exists(uri):
         partition_by = snapshot(uri).metadata().partition_columns
-    adds = data_files.write(conform(df, schema), uri, partition_by)
+    adds = [] if empty else written(conform(df, schema), uri, partition_by, verify)
     return commit(
         uri, adds, schema=schema, partition_by=partition_by, read_version=read_version,
         props=props,
@@ -296,12 +301,13 @@ def overwrite_partitions(
     raw_version: int | None = None,
     *,
     empty: bool = False,
+    verify: Callable[[], None] | None = None,
 ) -> int:
     """Replace the ``ingest_date`` partitions ``dates`` with ``df``'s rows: reruns are
     idempotent. ``raw_version``: the raw table version the data was derived from, recorded in
     the same commit as the ``cdc.normalize`` transaction (see ``normalized_raw_version``).
     ``empty``: the caller knows ``df`` has no rows; the commit then only removes, with no Spark
-    job."""
+    job. ``verify``: as ``written``'s."""
     txns = {NORMALIZED_APP: raw_version} if raw_version is not None else None
     props = properties(state, txns)
     schema = evolve(df.sparkSession, uri, arrow_of(df))
@@ -321,7 +327,7 @@ def overwrite_partitions(
                 if d is not None and str(d) in wanted
             }
             removes = data_files.removes(actions, paths)
-    adds = [] if empty else data_files.write(conform(df, schema), uri, [PARTITION_COLUMN])
+    adds = [] if empty else written(conform(df, schema), uri, [PARTITION_COLUMN], verify)
     return commit(
         uri, adds, removes, schema=schema, partition_by=[PARTITION_COLUMN],
         read_version=read_version, props=props,
@@ -340,12 +346,14 @@ def append_normalized(
     state: TableState | None = None,
     *,
     empty: bool = False,
+    verify: Callable[[], None] | None = None,
 ) -> int | None:
     """Append ``df``'s rows derived from raw up to ``raw_version``, unless the table already
     reflects that version (a rerun after a crash between outputs): None then. The commit is
     made against the version read, so a racing run that appended the same batch makes this
-    one fail. ``empty``: the caller knows ``df`` has no rows; an existing table then gets the
-    commit of the raw version alone, with no Spark job."""
+    one fail. ``empty``: the caller knows ``df`` has no rows; the commit then records the raw
+    version alone (a new table is created empty), with no Spark job. ``verify``: as
+    ``written``'s."""
     read_version = None
     if exists(uri):
         dt = snapshot(uri)
@@ -356,7 +364,29 @@ def append_normalized(
     props = properties(state, {NORMALIZED_APP: raw_version})
     if empty and read_version is not None:
         return commit(uri, [], read_version=read_version, props=props)
-    return append(df, uri, partition_by=[PARTITION_COLUMN], read_version=read_version, props=props)
+    return append(
+        df, uri, partition_by=[PARTITION_COLUMN], read_version=read_version, props=props,
+        verify=verify, empty=empty,
+    )  # fmt: skip
+
+
+def written(
+    df: DataFrame,
+    uri: str,
+    partition_by: list[str] | None,
+    verify: Callable[[], None] | None = None,
+) -> list[AddAction]:
+    """``df`` written into the table's folder (``data_files.write``), not committed yet. Then
+    ``verify`` is called: when it raises (what was written must not be committed), the files
+    are deleted and the error goes on."""
+    adds = data_files.write(df, uri, partition_by)
+    if verify is not None:
+        try:
+            verify()
+        except BaseException:
+            data_files.discard(uri, adds)
+            raise
+    return adds
 
 
 # A current table's files hold about this many rows, sorted by key, so a merge rewrites only

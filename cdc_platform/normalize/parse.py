@@ -7,9 +7,11 @@ schema, no column the plan has not seen. Only the rows that do not fit (a new sc
 new column, a table the first messages do not name) are planned and typed afterwards, from their
 wire images (``split``)."""
 
+from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.errors import PySparkAssertionError
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from cdc_platform import formats
@@ -165,16 +167,40 @@ def schema_groups(changes: DataFrame, infer: bool = False) -> list[SchemaGroup]:
     ]
 
 
+@dataclass
+class Prediction:
+    """What a batch's first messages say about it: the plans the parse types rows by, and
+    whether they were all changes of one table, which ``plans[0]`` types (then the whole batch
+    likely is: its change log can be written straight from the parse, ``normalize``)."""
+
+    plans: list[TablePlan]
+    one_table: bool
+
+
 def predict_plans(
     messages: DataFrame, source: SourceConfig, known: Known | None = None
-) -> list[TablePlan]:
+) -> Prediction:
     """Plans of the tables the first ``SAMPLE_ROWS`` of ``messages`` (``parse_messages``
     without plans) change: at most ``MAX_TYPED_TABLES``, in the order they appear, for
     ``with_plans`` to type the rows that fit them in the parse's own pass. Tables that cannot
     be applied, whose schema changes incompatibly, or whose types come from JSON tokens
     (``infer_types``), are left to the plan of the whole batch."""
-    changes = messages.limit(SAMPLE_ROWS).where(F.col("kind") == C.KIND_CHANGE)
+    others = Observation()  # messages of the sample that are not changes: seen by the same job
+    sample = messages.limit(SAMPLE_ROWS).observe(
+        others, F.count_if(F.col("kind") != C.KIND_CHANGE).alias("n")
+    )
+    changes = sample.where(F.col("kind") == C.KIND_CHANGE)
     plans = plan_tables(schema_groups(changes, source.infers_any), source, known)
     # Types inferred from the sample's tokens may be narrower than the batch's.
     usable = [p for p in plans.values() if not (p.problem or p.bad_schemas or p.inferred)]
-    return usable[:MAX_TYPED_TABLES]
+    typed = usable[:MAX_TYPED_TABLES]
+    one_table = len(plans) == len(typed) == 1 and _observed(others).get("n") == 0
+    return Prediction(typed, one_table)
+
+
+def _observed(observation: Observation) -> dict:
+    """An observation's metrics; none when Spark Connect reports none (nothing is assumed)."""
+    try:
+        return observation.get
+    except PySparkAssertionError:
+        return {}

@@ -19,7 +19,7 @@ from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.lake import landing_files
-from cdc_platform.normalize import normalize, routed_name
+from cdc_platform.normalize import Mispredicted, Normalized, normalize, routed_name
 from cdc_platform.timings import phase
 
 PREVIEW_ROWS = 10
@@ -191,33 +191,41 @@ def _normalize(
     driver gets counts, the newest event times and a few preview rows."""
 
     def write(
-        uri: str, data: DataFrame, state: lake.TableState | None = None, empty: bool = False
+        uri: str,
+        data: DataFrame,
+        state: lake.TableState | None = None,
+        empty: bool = False,
+        verify: Callable[[], None] | None = None,
     ) -> int | None:
         """``empty``: ``data`` is known to have no rows (a small batch mostly has no control
         messages, DDL or rejects): the commit then records the raw version (and removes the
-        replaced dates' files) without a Spark job."""
+        replaced dates' files) without a Spark job. ``verify``: called before the commit."""
         if dates is not None:
-            return lake.overwrite_partitions(data, uri, dates, state, raw_version, empty=empty)
-        return lake.append_normalized(data, uri, raw_version, state, empty=empty)
+            return lake.overwrite_partitions(
+                data, uri, dates, state, raw_version, empty=empty, verify=verify
+            )
+        return lake.append_normalized(data, uri, raw_version, state, empty=empty, verify=verify)
 
-    result = NormalizeResult()
-    staging = lake.Staging(warehouse)
-    try:
-        known = lake.changelog_facts(warehouse, source.name)
-        normalized = normalize(raw, source, known, staging)
-        result.messages = normalized.messages
-        result.control = normalized.kinds.get(C.KIND_CONTROL, 0)
-        result.ddl = normalized.kinds.get(C.KIND_DDL, 0)
+    def write_changelogs(normalized: Normalized) -> dict[str, TableChanges]:
+        direct = normalized.counts is not None
+        tables = {}
         for plan, data in normalized.tables:
             uri = lake.TableRef(lake.CHANGELOG, source.name, plan.name).uri(warehouse)
             state = lake.TableState(key=plan.key, qualified=plan.qualified)
             stats = Observation()
             with phase("write.changelog"):
-                version = write(uri, data.observe(stats, *_change_stats_columns()), state)
+                version = write(
+                    uri, data.observe(stats, *_change_stats_columns()), state,
+                    verify=normalized.confirm if direct else None,
+                )  # fmt: skip
+            if direct and version is None:
+                # The log has this batch already (a rerun after a crash): what the batch holds
+                # besides is learnt the staged way.
+                raise Mispredicted("the change log reflects the batch already")
             with phase("normalize.changelog_stats"):
                 ops, newest = _change_stats(stats if version is not None else None, data)
                 sample = data.limit(PREVIEW_ROWS).toArrow()
-            result.tables[plan.name] = TableChanges(
+            tables[plan.name] = TableChanges(
                 name=plan.name,
                 qualified=plan.qualified,
                 key=plan.key,
@@ -226,6 +234,23 @@ def _normalize(
                 max_event_time=_utc(newest),
                 sample=sample,
             )
+        return tables
+
+    result = NormalizeResult()
+    staging = lake.Staging(warehouse)
+    try:
+        known = lake.changelog_facts(warehouse, source.name)
+        # A batch whose first messages are all one table's changes is written straight from the
+        # parse; if it holds more, its files are discarded and it is normalized staged.
+        normalized = normalize(raw, source, known, staging, direct=True)
+        try:
+            result.tables = write_changelogs(normalized)
+        except Mispredicted:
+            normalized = normalize(raw, source, known, staging)
+            result.tables = write_changelogs(normalized)
+        result.messages = normalized.messages
+        result.control = normalized.kinds.get(C.KIND_CONTROL, 0)
+        result.ddl = normalized.kinds.get(C.KIND_DDL, 0)
         if dates is not None:
             # A table the reprocessed dates no longer hold keeps no stale rows for them.
             written = {plan.name for plan, _ in normalized.tables}
@@ -253,7 +278,9 @@ def _normalize(
                 result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
         # Last: its recorded raw version is where the next incremental run starts.
         with phase("write.quarantine"):
-            reasons = normalized.quarantine.groupBy("reason").count().collect()
+            reasons = []
+            if not normalized.quarantine_empty:
+                reasons = normalized.quarantine.groupBy("reason").count().collect()
             uri = lake.TableRef(lake.QUARANTINE, source.name).uri(warehouse)
             write(uri, normalized.quarantine, empty=not reasons)
         result.quarantine_reasons = {r["reason"]: r["count"] for r in reasons}

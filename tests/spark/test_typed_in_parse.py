@@ -6,6 +6,7 @@ same change logs and quarantine (so the same current tables: one way's replay ch
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -177,7 +178,7 @@ def test_the_parse_types_what_fits_the_first_messages_plans(spark, tmp_path, mon
     def typed_rows(sample: int) -> dict[str, int]:
         monkeypatch.setattr(normalize, "SAMPLE_ROWS", sample)
         messages = normalize.parse_messages(raw, SOURCE)
-        parsed = normalize.with_plans(messages, normalize.predict_plans(messages, SOURCE))
+        parsed = normalize.with_plans(messages, normalize.predict_plans(messages, SOURCE).plans)
         changes = parsed.where(F.col("kind") == C.KIND_CHANGE)
         fitted = changes.where(F.col(normalize.TYPED).isNotNull())
         return {r["table"]: r["count"] for r in fitted.groupBy("table").count().collect()}
@@ -214,3 +215,47 @@ def test_a_later_batch_keeps_the_change_logs_types_whichever_way(spark, tmp_path
     log_schema = results["none"][(lake.CHANGELOG, "inv__b")][0]
     assert "after:struct<k:string,n:int>" in log_schema
     assert len(results["none"][(lake.CURRENT, "inv__b")][1]) == 3
+
+
+# One table's changes: a batch of them is written straight from the parse, not staged.
+ONE_TABLE = [_event(10 * i, "b", 1, "c", after={"k": f"k{i}", "n": i}) for i in range(1, 6)]
+LATER = {
+    "another table": _event(35, "a", 1, "c", after={"id": 1, "name": "x"}),
+    "a value that is not its type": _event(35, "b", 1, "c", after={"k": "bad", "n": "oops"}),
+    "a message that is not JSON": "not json",
+}
+
+
+def _unstaged(warehouse) -> bool:
+    return not (warehouse / "_staging").exists()
+
+
+def _only_committed_files(warehouse, table: str) -> bool:
+    uri = lake.TableRef(lake.CHANGELOG, "s", table).uri(warehouse)
+    on_disk = {p.name for p in Path(uri).rglob("*.parquet")}
+    return on_disk == {Path(f).name for f in lake.files(uri, lake.version(uri))}
+
+
+def test_one_tables_changes_are_written_straight_from_the_parse(spark, tmp_path, monkeypatch):
+    direct = _replay(spark, tmp_path, "d", ONE_TABLE, SOURCE, monkeypatch, 2, 8, ("inv__b",), False)
+    assert _unstaged(tmp_path / "d")
+    staged = _replay(spark, tmp_path, "s", ONE_TABLE, SOURCE, monkeypatch, 2, 0, ("inv__b",), False)
+    assert not _unstaged(tmp_path / "s")
+    assert direct == staged
+    assert len(direct[(lake.CHANGELOG, "inv__b")][1]) == 5
+
+
+@pytest.mark.parametrize("later", LATER)
+def test_a_batch_holding_more_than_its_first_messages_comes_out_the_same(
+    spark, tmp_path, monkeypatch, later
+):
+    """The first two messages are one table's changes; a later one is not: the files written
+    straight from the parse are discarded and the batch is normalized staged."""
+    lines = [*ONE_TABLE[:3], LATER[later], *ONE_TABLE[3:]]
+    tables = ("inv__a", "inv__b") if later == "another table" else ("inv__b",)
+    predicted = _replay(spark, tmp_path, "p", lines, SOURCE, monkeypatch, 2, 8, tables, False)
+    staged = _replay(spark, tmp_path, "s", lines, SOURCE, monkeypatch, 2, 0, tables, False)
+    assert predicted == staged
+    assert not _unstaged(tmp_path / "p")
+    assert _only_committed_files(tmp_path / "p", "inv__b")
+    assert len(predicted[(lake.CHANGELOG, "inv__b")][1]) == 5
