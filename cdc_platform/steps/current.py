@@ -214,11 +214,15 @@ def merge_current(
             newest = _rebuild_keys(
                 spark, cl_uri, held, newest, removed, key, truncated_before, options
             )
+            newest = newest.persist(PERSIST_LEVEL)
+            with phase("merge.live_effect"):
+                made_live, made_dead = _live_effect(newest, key, held, small)
         else:
+            # A new or rebuilt table: every live row it is written with is made live, counted by
+            # the write below. A new table's write keeps its rows itself (``upsert_newer``).
             newest = apply.without_working_columns(newest)
-        newest = newest.persist(PERSIST_LEVEL)
-        with phase("merge.live_effect"):
-            made_live, made_dead = _live_effect(newest, key, held, small)
+            if full_refresh:
+                newest = newest.persist(PERSIST_LEVEL)
         if full_refresh:
             rows = newest.drop(apply.PARTIAL_COL)
             r = rows.agg(F.count("*"), F.count_if(F.col(C.DELETED_COL))).first()
@@ -239,6 +243,8 @@ def merge_current(
                 )  # fmt: skip
             live += metrics["unflagged_added"]
             deleted += metrics["flagged_added"]
+        if not merging:
+            made_live, made_dead = live, 0
     finally:
         newest.unpersist()
         if held is not None:
