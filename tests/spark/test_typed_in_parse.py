@@ -2,7 +2,9 @@
 rest are planned and typed afterwards. Whichever rows take which way, the tables come out the
 same: the same batch normalized with every row typed in the parse, with only the first message's
 table and schema typed there, and with none typed there (the plan of the whole batch) gives the
-same change logs and quarantine (so the same current tables: one way's replay checks those)."""
+same change logs and quarantine (so the same current tables: one way's replay checks those).
+A batch of one table's changes is written straight from the parse; one whose later messages
+hold more comes out the same as when staged, and leaves no uncommitted file."""
 
 import base64
 import json
