@@ -150,7 +150,7 @@ def main() -> None:
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
-            spark=demo["spark"], max_records=max(sizes),
+            spark=demo["spark"], max_records=max(*sizes, args.warmup),
         )  # fmt: skip
         stack = DemoStack(work, catalog)
         stack.start(bootstrap)
