@@ -224,7 +224,14 @@ def _normalize(
                 raise Mispredicted("the change log reflects the batch already")
             with phase("normalize.changelog_stats"):
                 ops, newest = _change_stats(stats if version is not None else None, data)
-                sample = data.limit(PREVIEW_ROWS).toArrow()
+            with phase("metadata.preview"):
+                # The rows just committed, from their files: a direct write's ``data`` is the
+                # parse of the raw messages, which the preview would run again.
+                shown = data
+                if version is not None:
+                    added = lake.files_between(uri, version - 1 if version else None, version)
+                    shown = lake.read(spark, uri, only_files=added)
+                sample = shown.limit(PREVIEW_ROWS).toArrow()
             tables[plan.name] = TableChanges(
                 name=plan.name,
                 qualified=plan.qualified,

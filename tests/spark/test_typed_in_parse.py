@@ -18,7 +18,7 @@ from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.ingest.landing import date_of
 from cdc_platform.normalize import parse as normalize
-from cdc_platform.steps.changelog import normalize_source
+from cdc_platform.steps.changelog import NormalizeResult, normalize_source
 from cdc_platform.steps.raw import ingest_files
 from cdc_platform.steps.replay import replay
 from tests.conftest import CORPUS
@@ -105,15 +105,15 @@ def _tables(spark, warehouse, tables, merged: bool) -> dict:
     return out
 
 
-def _normalized(spark, warehouse, landing, source, merge: bool) -> None:
+def _normalized(spark, warehouse, landing, source, merge: bool) -> NormalizeResult | None:
     """The landing file through raw to the change logs, and on to the current tables if
     ``merge``: how the rows were typed shows in the change logs, so one way merges."""
     if merge:
         replay(spark, warehouse, [landing], source, DATE)
-    else:
-        date = date_of(landing, DATE)
-        ingest_files(warehouse, source.name, [(landing, str(landing.resolve()))], date, False)
-        normalize_source(spark, warehouse, source, [date])
+        return None
+    date = date_of(landing, DATE)
+    ingest_files(warehouse, source.name, [(landing, str(landing.resolve()))], date, False)
+    return normalize_source(spark, warehouse, source, [date])
 
 
 def _replay(spark, tmp_path, name, lines, source, monkeypatch, sample, most, tables, merge):
@@ -245,6 +245,18 @@ def test_one_tables_changes_are_written_straight_from_the_parse(spark, tmp_path,
     assert not _unstaged(tmp_path / "s")
     assert direct == staged
     assert len(direct[(lake.CHANGELOG, "inv__b")][1]) == 5
+
+
+def test_a_direct_writes_preview_shows_the_rows_it_committed(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(normalize, "SAMPLE_ROWS", 2)
+    landing = tmp_path / "events.jsonl"
+    landing.write_text("\n".join(ONE_TABLE) + "\n")
+    result = _normalized(spark, tmp_path / "w", landing, SOURCE, False)
+    assert _unstaged(tmp_path / "w")
+    uri = lake.TableRef(lake.CHANGELOG, "s", "inv__b").uri(tmp_path / "w")
+    committed = lake.read(spark, uri).toArrow()
+    shown = result.tables["inv__b"].sample.to_pylist()
+    assert sorted(map(repr, shown)) == sorted(map(repr, committed.to_pylist()))
 
 
 @pytest.mark.parametrize("later", LATER)
