@@ -457,13 +457,16 @@ def create_topic(bootstrap: str, topic: str = TOPIC) -> None:
 
 
 def install_signal_handlers() -> None:
-    """SIGTERM and SIGHUP end the bench like Ctrl-C, so its `finally` stops the stack."""
+    """SIGTERM and SIGHUP end the bench like Ctrl-C, so its `finally` stops the stack. SIGINT
+    gets the same handler: a bench started with `&` has SIGINT ignored, its children inherit
+    that, and a `dagster dev` that ignores SIGINT ignores SIGTERM too (it was killed after 30 s
+    at every stop)."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
 
 
 # --- the latency rounds ----------------------------------------------------------------------
