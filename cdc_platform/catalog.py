@@ -397,6 +397,27 @@ class ContinuousConfig(_Strict):
         "show can be finished in about this long (a backlog is worked through in micro-batches "
         "of this length), at most kafka.max_records and max_bytes (the memory bounds)",
     )
+    # As a Kafka consumer's fetch.min.bytes and fetch.max.wait.ms: a small micro-batch costs
+    # seconds of CPU whatever its size, so a source that trickles is merged about once a
+    # max_wait_seconds rather than for every few events, and a burst is taken at once.
+    min_batch_records: int = Field(
+        1000,
+        ge=0,
+        description="a Kafka micro-batch starts once this many records wait, or max_wait_seconds "
+        "after the run first saw fewer waiting",
+    )
+    min_batch_bytes: int = Field(
+        256 * 1024,
+        ge=0,
+        description="a landing micro-batch starts once files of this many bytes wait, or "
+        "max_wait_seconds after the run first saw fewer waiting",
+    )
+    max_wait_seconds: float = Field(
+        60,
+        ge=0,
+        description="how long less than min_batch_records (min_batch_bytes) may wait for more "
+        "before a micro-batch takes it; 0: a micro-batch starts as soon as anything waits",
+    )
 
 
 class SourceConfig(_KeyAndTypes):

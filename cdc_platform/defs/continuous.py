@@ -19,11 +19,16 @@ A Kafka micro-batch takes at most what the micro-batches before it show can be f
 ``batch_seconds`` (``BatchBound``), so a backlog is worked through in micro-batches of about that
 length rather than of a fixed ``max_records`` (which stays the memory bound). A landing
 micro-batch takes every file waiting: a file is its unit.
+
+A micro-batch starts once ``min_batch_records`` (Kafka) or ``min_batch_bytes`` (landing) wait,
+or ``max_wait_seconds`` after the run first saw less (``Gather``): a small micro-batch costs
+seconds of CPU whatever its size, so a trickle is taken about once a minute, a burst at once.
 """
 
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 from pyspark.sql import SparkSession
@@ -83,6 +88,27 @@ class BatchBound:
 
 
 @dataclass
+class Gather:
+    """Whether to start a micro-batch, from what waits: at once when ``minimum`` waits, else
+    ``seconds`` after less was first seen (as a Kafka fetch's min bytes and max wait)."""
+
+    minimum: int
+    seconds: float
+    since: float | None = None  # when the run first saw less than ``minimum`` waiting
+
+    def ready(self, waiting: int, now: float) -> bool:
+        if not waiting:
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        if waiting >= self.minimum or now - self.since >= self.seconds:
+            self.since = None
+            return True
+        return False
+
+
+@dataclass
 class MicroBatches:
     """The steps of one source's micro-batches, in one run (one Spark session throughout)."""
 
@@ -95,11 +121,41 @@ class MicroBatches:
     bound: BatchBound | None = None  # Kafka sources
     taken: kafka.KafkaIngestResult | None = None  # the last Kafka micro-batch's raw
     warned: set[str] = field(default_factory=set)  # landing dates said to be outside
+    gather: Gather = field(init=False)  # when the next micro-batch starts
 
     def __post_init__(self) -> None:
-        if self.source.kafka is not None and self.source.continuous is not None:
+        settings = self.source.continuous
+        assert settings is not None
+        if self.source.kafka is not None:
             ceiling = self.source.kafka.max_records
-            self.bound = BatchBound(self.source.continuous.batch_seconds, ceiling)
+            self.bound = BatchBound(settings.batch_seconds, ceiling)
+        kafka_source = self.source.transport == "kafka"
+        minimum = settings.min_batch_records if kafka_source else settings.min_batch_bytes
+        self.gather = Gather(minimum, settings.max_wait_seconds)
+
+    def ready(self) -> bool:
+        """Whether enough waits to start a micro-batch (``Gather``): Kafka records past raw's
+        offsets, or bytes of landing files raw does not hold; read from the broker's watermarks
+        or the landing folder, not Spark."""
+        if not self.gather.seconds:
+            return True
+        if self.taken is not None and self.taken.bounded:
+            return True  # a backlog cut by the bound: the rest is no trickle
+        if self.source.transport == "kafka":
+            # A partition listed waits at least a record: a broker whose watermark points into
+            # its newest record batch (Tansu) may show none past a cut-short micro-batch.
+            waiting = sum(
+                max(high - start, 1)
+                for partitions in kafka.pending(self.lake.warehouse_path, self.source).values()
+                for start, high in partitions.values()
+            )
+        else:
+            landing_dir = self.lake.landing_for(self.source.name)
+            waiting = sum(
+                _size(landing_dir / name) for names in self._landing_dates().values()
+                for name in names
+            )  # fmt: skip
+        return self.gather.ready(waiting, time.monotonic())
 
     def learn(self, took: float) -> None:
         """Fit the Kafka bound to the micro-batch just done, ``took`` seconds from its ingest to
@@ -127,20 +183,26 @@ class MicroBatches:
             if not batch.records:
                 return None, []
             return outputs.kafka_raw(warehouse, source, batch), [date]
-        landing_dir = self.lake.landing_for(source.name)
         with phase("raw.pending"):
-            pending = pending_landing_files(warehouse, source.name, landing_dir)
-        # Dates outside the partitions wait, as they do for the sensor; said once per run.
+            dates = sorted(self._landing_dates())
+        if not dates:
+            return None, []
+        landing_dir = self.lake.landing_for(source.name)
+        with phase("raw"):
+            result = ingest_landing(warehouse, source.name, landing_dir, dates)
+        return outputs.landing_raw(warehouse, source, result), dates
+
+    def _landing_dates(self) -> dict[str, list[str]]:
+        """The landing files raw does not hold, per date within the partitions. Dates outside
+        them wait, as they do for the sensor; said once per run."""
+        source = self.source
+        landing_dir = self.lake.landing_for(source.name)
+        pending = pending_landing_files(self.lake.warehouse_path, source.name, landing_dir)
         valid = set(self.partitions.get_partition_keys())
         if outside := sorted(d for d in pending if d not in valid and d not in self.warned):
             self.context.log.warning(outside_partitions_warning(source, self.partitions, outside))
             self.warned.update(outside)
-        dates = sorted(d for d in pending if d in valid)
-        if not dates:
-            return None, []
-        with phase("raw"):
-            result = ingest_landing(warehouse, source.name, landing_dir, dates)
-        return outputs.landing_raw(warehouse, source, result), dates
+        return {d: names for d, names in pending.items() if d in valid}
 
     def process(self, raw: outputs.Output | None, dates: list[str]) -> Iterator[Event]:
         """The change log of the new raw batches (and of any a failed run left), its checks,
@@ -209,6 +271,13 @@ class MicroBatches:
             return self.spark.spark_session
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone since it was listed
+        return 0
+
+
 def _evaluation(result: dg.AssetCheckResult) -> dg.AssetCheckEvaluation:
     """A check result as an op reports it (the asset's own run returns the result)."""
     return dg.AssetCheckEvaluation(
@@ -257,6 +326,10 @@ def build_continuous_job(
                 )
                 return
             try:
+                # A run's first look, and one after a failure, also finishes what was left.
+                if not catch_up and not batches.ready():
+                    time.sleep(settings.poll_seconds)
+                    continue
                 started = time.monotonic()
                 with profiled(context) as profile:
                     left = catch_up and unfinished(lake.warehouse_path, source)

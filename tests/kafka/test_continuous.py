@@ -25,9 +25,11 @@ from cdc_platform.defs.metadata import PROFILE_PREFIX
 from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import build_resources
 from cdc_platform.defs.runs import source_tags
+from cdc_platform.demo import write_demo_traffic
 from cdc_platform.ingest import kafka
 from cdc_platform.quality import docs
 from cdc_platform.steps.progress import unfinished
+from tests.defs.test_pipeline_in_dagster import DAY
 from tests.kafka.test_kafka_in_dagster import CORPUS_FILE, _catalog, _current, _lines
 from tests.kafka.test_kafka_ingest import _produce, _topic
 from tests.ops.live_stack import free_port
@@ -38,10 +40,11 @@ from tests.spark.test_corpus_debezium import _comparable
 pytestmark = pytest.mark.spark
 
 
-def _continuous(source: SourceConfig, minutes: float) -> SourceConfig:
-    return source.model_copy(
-        update={"continuous": ContinuousConfig(run_minutes=minutes, poll_seconds=0.2)}
-    )
+def _continuous(source: SourceConfig, minutes: float, **settings) -> SourceConfig:
+    """The source run continuously; by default each look that finds data takes it at once."""
+    settings = {"max_wait_seconds": 0, **settings}
+    config = ContinuousConfig(run_minutes=minutes, poll_seconds=0.2, **settings)
+    return source.model_copy(update={"continuous": config})
 
 
 def _defs(catalog, source: SourceConfig) -> dg.Definitions:
@@ -184,6 +187,108 @@ def test_micro_batches_stop_at_the_adaptive_bound_and_the_next_goes_on(
     offsets = lake.read_arrow(raw_uri)["offset"].to_pylist()
     assert sorted(offsets) == list(range(len(lines)))  # each record once
     assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+
+
+def test_a_trickle_waits_for_more_until_max_wait_seconds(
+    spark, kafka_bootstrap, tmp_path, expected
+):
+    # Fewer records than min_batch_records: the first look that sees them waits max_wait_seconds
+    # for more, so records produced meanwhile go into the same micro-batch.
+    entry = expected[CORPUS_FILE]
+    topic = _topic(kafka_bootstrap, "trickle")
+    catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
+    warehouse = catalog.warehouse_path
+    wait = 8.0
+    source = _continuous(
+        catalog.source("k"), minutes=5, min_batch_records=10**6, max_wait_seconds=wait
+    )
+    lines = _lines()
+    head, first, rest = lines[:10], lines[10:13], lines[13:]
+    _produce(kafka_bootstrap, topic, [{"value": v} for v in head])
+    raw_uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
+    current_uri = lake.TableRef(lake.CURRENT, "k", table).uri(warehouse)
+    produced: list[float] = []
+
+    with dg.instance_for_test() as instance:
+        job = _defs(catalog, source).resolve_job_def("k__continuous")
+
+        def feed() -> None:
+            # The run's first look takes the head at once (a run starts by catching up).
+            _wait(
+                lambda: lake.exists(current_uri) and not unfinished(warehouse, source), "the head"
+            )
+            produced.append(time.time())
+            _produce(kafka_bootstrap, topic, [{"value": v} for v in first])
+            _produce(kafka_bootstrap, topic, [{"value": v} for v in rest])
+            _wait(lambda: lake.read_arrow(raw_uri).num_rows == len(lines), "the rest in raw")
+            _wait(lambda: not unfinished(warehouse, source), "the rest merged")
+            _queue_a_run(instance, "k")
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        result = job.execute_in_process(instance=instance, tags=source_tags("k"))
+        feeder.join(timeout=5)
+        raws = [
+            e
+            for e in instance.all_logs(
+                result.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            )
+            if e.dagster_event.asset_key == dg.AssetKey(["raw", "k"])
+        ]
+
+    assert result.success
+    taken = [e.dagster_event.materialization.metadata["ingested_records"].value for e in raws]
+    assert taken == [len(head), len(first) + len(rest)]
+    # Taken no sooner than max_wait_seconds after the first of them could be seen.
+    assert raws[1].timestamp - produced[0] >= wait
+    assert _current(spark, warehouse, table, entry) == _comparable(entry["final_state"], entry)
+
+
+def test_landing_files_start_a_micro_batch_once_min_batch_bytes_wait(
+    shop_catalog,  # noqa: F811
+    tmp_path,
+):
+    # Two more batches of demo files: the first alone is less than min_batch_bytes and waits
+    # (max_wait_seconds is long); with the second, enough waits and one micro-batch takes both.
+    sizes = [
+        next(p for p in write_demo_traffic(tmp_path / "sizes", batch=b, date=DAY) if "shop" in
+             p.parts).stat().st_size
+        for b in (1, 2)
+    ]  # fmt: skip
+    warehouse, landing = shop_catalog.warehouse_path, shop_catalog.landing_path
+    source = _continuous(
+        shop_catalog.source("shop"), minutes=5, min_batch_bytes=sum(sizes), max_wait_seconds=600
+    )
+    raw_uri = lake.TableRef(lake.RAW, "shop").uri(warehouse)
+    current_uri = lake.TableRef(lake.CURRENT, "shop", "orders").uri(warehouse)
+    versions: list[int] = []  # raw's commits while the first file waited
+
+    with dg.instance_for_test() as instance:
+        job = _defs(shop_catalog, source).resolve_job_def("shop__continuous")
+
+        def feed() -> None:
+            _wait(
+                lambda: lake.exists(current_uri) and not unfinished(warehouse, source),
+                "the first files (a run starts by catching up)",
+            )
+            before = lake.version(raw_uri)
+            write_demo_traffic(landing, batch=1, date=DAY)
+            time.sleep(2)  # ten looks, each finding less than min_batch_bytes
+            versions.append(lake.version(raw_uri) - before)
+            write_demo_traffic(landing, batch=2, date=DAY)
+            _wait(lambda: lake.version(raw_uri) > before, "the two files in raw")
+            _wait(lambda: not unfinished(warehouse, source), "the two files merged")
+            _queue_a_run(instance, "shop")
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        result = job.execute_in_process(instance=instance, tags=source_tags("shop"))
+        feeder.join(timeout=5)
+
+    assert result.success
+    assert versions == [0]
+    raws = [m for m in _materializations(result) if m.asset_key.path == ["raw", "shop"]]
+    assert [m.metadata["files_ingested"].value for m in raws] == [1, 2]
 
 
 def _materializations(result: dg.ExecuteInProcessResult) -> list[dg.AssetMaterialization]:
