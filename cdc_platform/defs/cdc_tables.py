@@ -208,7 +208,7 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 full_refresh=config.full_refresh,
                 options=table,
             )
-            output = outputs.current(session, lake.warehouse_path, source, table, merged)
+            output = outputs.current(lake.warehouse_path, source, table, merged)
             with phase("checks"):
                 validated = quality.validate_current(
                     session, lake.warehouse_path, source, table, merged

@@ -247,7 +247,7 @@ class MicroBatches:
                 )
                 continue
             merged = merge_current(session, warehouse, source.name, table.name, options=table)
-            current = outputs.current(session, warehouse, source, table, merged)
+            current = outputs.current(warehouse, source, table, merged)
             with phase("checks"):
                 validated += quality.validate_current(session, warehouse, source, table, merged)
             yield from current.materializations([])

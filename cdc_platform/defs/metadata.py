@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import dagster as dg
 import pyarrow as pa
-from pyspark.sql import DataFrame
 
 from cdc_platform import lake, timings
 from cdc_platform.freshness import Freshness
@@ -79,11 +78,6 @@ def delta_metadata(uri: str) -> dict[str, object]:
         "dagster/column_schema": table_schema(info["schema"]),
         "dagster/uri": dg.MetadataValue.path(uri),
     }
-
-
-def preview(df: DataFrame, order: list[str], rows: int = 10) -> dg.MetadataValue:
-    """A short markdown preview of a frame (first rows by ``order``)."""
-    return _markdown(df.orderBy(*order).limit(rows).toArrow().to_pylist())
 
 
 def arrow_preview(table: pa.Table) -> dg.MetadataValue:

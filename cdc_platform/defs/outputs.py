@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-from pyspark.sql import SparkSession
+import pyarrow.compute as pc
 
 from cdc_platform import freshness, lake
 from cdc_platform.catalog import SourceConfig, TableConfig
@@ -18,12 +18,12 @@ from cdc_platform.defs.metadata import (
     arrow_preview,
     delta_metadata,
     freshness_metadata,
-    preview,
 )
+from cdc_platform.formats import canonical as C
 from cdc_platform.ingest.kafka import KafkaIngestResult
 from cdc_platform.lake import CHANGELOG, CONTROL, CURRENT, DDL, HISTORY, QUARANTINE, RAW, TableRef
-from cdc_platform.steps.changelog import NormalizeResult
-from cdc_platform.steps.current import MergeResult, current_rows
+from cdc_platform.steps.changelog import PREVIEW_ROWS, NormalizeResult
+from cdc_platform.steps.current import MergeResult
 from cdc_platform.steps.history import HistoryResult
 from cdc_platform.steps.raw import IngestResult
 from cdc_platform.timings import phase
@@ -151,17 +151,13 @@ def _event_time(value: datetime | None) -> dict[str, dg.MetadataValue]:
 
 
 def current(
-    session: SparkSession,
     warehouse: Path,
     source: SourceConfig,
     table: TableConfig,
     merged: MergeResult,
 ) -> Output:
     with phase("metadata.preview"):
-        # The rows the merge wrote (all of a table built whole): not a sort of the table.
-        rows = current_rows(session, warehouse, source.name, table.name, merged.written)
-        key = lake.state(merged.uri).key or []
-        shown = {"preview": preview(rows, key)} if rows is not None else {}
+        shown = {"preview": current_preview(merged)} if lake.exists(merged.uri) else {}
     with phase("metadata.delta"):
         fresh = freshness.current(warehouse, source.name, table.name)
         described = delta_metadata(merged.uri)
@@ -180,6 +176,17 @@ def current(
         **shown,
     }
     return Output(asset_key(CURRENT, source.name, table.name), metadata)
+
+
+def current_preview(merged: MergeResult) -> dg.MetadataValue:
+    """Live rows of the files the merge wrote (of the table, when it built it whole), by key:
+    the first of each file in turn (a current table's files are sorted by key), read without
+    Spark."""
+    files = lake.files(merged.uri) if merged.written is None else merged.written
+    rows = lake.head(merged.uri, files, PREVIEW_ROWS, where=~pc.field(C.DELETED_COL))
+    rows = rows.drop_columns([c for c in C.CURRENT_META if c in rows.column_names])
+    key = lake.state(merged.uri).key or []
+    return arrow_preview(rows.sort_by([(k, "ascending") for k in key]) if key else rows)
 
 
 def history(source: SourceConfig, table: TableConfig, built: HistoryResult) -> Output:

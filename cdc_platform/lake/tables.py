@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -253,6 +254,26 @@ def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
     """The table's snapshot as Arrow, without Spark (small tables: tests, previews); None if
     absent."""
     return snapshot(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
+
+
+def head(
+    uri: str, only_files: list[str], rows: int, where: pc.Expression | None = None
+) -> pa.Table:
+    """The first ``rows`` rows (of those ``where`` holds) of the data files ``only_files`` (as
+    ``files`` names them), in their order, read with Arrow and not Spark: a preview of what a
+    commit wrote, a few rows of a few files, costs no Spark job. Read with the table's schema
+    (a column a file lacks is null); partition values from the paths."""
+    dt = snapshot(uri)
+    schema = pa.schema(dt.schema())
+    columns = set(dt.metadata().partition_columns)
+    partitioning = ds.partitioning(
+        pa.schema([f for f in schema if f.name in columns]), flavor="hive"
+    )
+    dataset = ds.dataset(
+        [local_path(f) for f in only_files], schema=schema, format="parquet",
+        partitioning=partitioning, partition_base_dir=os.path.abspath(uri),
+    )  # fmt: skip
+    return dataset.head(rows, filter=where)
 
 
 def state(uri: str) -> TableState:

@@ -225,13 +225,13 @@ def _normalize(
             with phase("normalize.changelog_stats"):
                 ops, newest = _change_stats(stats if version is not None else None, data)
             with phase("metadata.preview"):
-                # The rows just committed, from their files: a direct write's ``data`` is the
-                # parse of the raw messages, which the preview would run again.
-                shown = data
+                # The rows just committed, read from their files without Spark: a direct
+                # write's ``data`` is the parse of the raw messages, which would run again.
                 if version is not None:
                     added = lake.files_between(uri, version - 1 if version else None, version)
-                    shown = lake.read(spark, uri, only_files=added)
-                sample = shown.limit(PREVIEW_ROWS).toArrow()
+                    sample = lake.head(uri, added, PREVIEW_ROWS)
+                else:
+                    sample = data.limit(PREVIEW_ROWS).toArrow()
             tables[plan.name] = TableChanges(
                 name=plan.name,
                 qualified=plan.qualified,
@@ -280,9 +280,17 @@ def _normalize(
         control = normalized.control()
         with phase("write.control"):
             uri = lake.TableRef(lake.CONTROL, source.name).uri(warehouse)
-            write(uri, control, empty=not result.control)
+            stats = Observation()  # the newest event time, observed by the write
+            observed = control.observe(stats, _newest("event_time").alias("newest"))
+            version = write(uri, observed, empty=not result.control)
             if result.control:
-                result.max_control_time = _utc(control.agg(_newest("event_time")).first()[0])
+                # Queried only when nothing was written (the log had the batch: a rerun).
+                newest = (
+                    stats.get["newest"]
+                    if version is not None
+                    else control.agg(_newest("event_time")).first()[0]
+                )
+                result.max_control_time = _utc(newest)
         # Last: its recorded raw version is where the next incremental run starts.
         with phase("write.quarantine"):
             reasons = []

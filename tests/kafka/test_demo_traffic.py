@@ -2,9 +2,10 @@
 embedded broker) goes through the demo catalog's crm source cleanly: detected formats, no
 quarantine, the rows the generator meant."""
 
+import pyarrow.compute as pc
 import pytest
 
-from cdc_platform import demo
+from cdc_platform import demo, lake
 from cdc_platform.catalog import load_catalog
 from cdc_platform.ingest import kafka
 from cdc_platform.steps.changelog import normalize_new
@@ -33,6 +34,9 @@ def test_demo_traffic_reaches_the_crm_tables(spark, kafka_bootstrap, tmp_path, m
     # Each batch: Canal's INSERT message carries 5 rows, so records outnumber messages.
     assert sent == 26 and result.messages == 38
     assert (result.quarantined, result.control) == (0, 3)
+    # The newest heartbeat's time, observed by the control log's write.
+    control = lake.read_arrow(lake.TableRef(lake.CONTROL, "crm").uri(warehouse))
+    assert result.max_control_time == pc.max(control["event_time"]).as_py()
     assert result.tables["accounts"].ops == {"c": 15, "u": 6, "d": 2}
     assert result.tables["tickets"].ops == {"c": 9, "u": 3}
     accounts = current_rows(spark, warehouse, "crm", "accounts").toArrow()
