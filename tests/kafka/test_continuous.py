@@ -71,6 +71,18 @@ def _queue_a_run(instance: dg.DagsterInstance, source: str) -> None:
     )
 
 
+def _run_while(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, source: str, feed
+) -> dg.ExecuteInProcessResult:
+    """The continuous ``job`` of ``source``, run while ``feed`` (in a thread) brings it data
+    and at last queues another run of the source, which ends it."""
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    result = job.execute_in_process(instance=instance, tags=source_tags(source))
+    feeder.join(timeout=5)
+    return result
+
+
 def _wait(condition, what: str, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -106,10 +118,7 @@ def test_one_run_takes_micro_batch_after_micro_batch(spark, kafka_bootstrap, tmp
             _wait(lambda: not unfinished(warehouse, source), "the tail merged")
             _queue_a_run(instance, "k")
 
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        result = job.execute_in_process(instance=instance, tags=source_tags("k"))
-        feeder.join(timeout=5)
+        result = _run_while(job, instance, "k", feed)
         profiles = [
             e.user_message
             for e in instance.all_logs(result.run_id)
@@ -172,10 +181,7 @@ def test_micro_batches_stop_at_the_adaptive_bound_and_the_next_goes_on(
             _wait(all_merged, "every record merged", seconds=300)
             _queue_a_run(instance, "k")
 
-        ender = threading.Thread(target=end_when_all_merged, daemon=True)
-        ender.start()
-        result = job.execute_in_process(instance=instance, tags=source_tags("k"))
-        ender.join(timeout=5)
+        result = _run_while(job, instance, "k", end_when_all_merged)
 
     assert result.success
     raws = [m for m in _materializations(result) if m.asset_key.path == ["raw", "k"]]
@@ -224,10 +230,7 @@ def test_a_trickle_waits_for_more_until_max_wait_seconds(
             _wait(lambda: not unfinished(warehouse, source), "the rest merged")
             _queue_a_run(instance, "k")
 
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        result = job.execute_in_process(instance=instance, tags=source_tags("k"))
-        feeder.join(timeout=5)
+        result = _run_while(job, instance, "k", feed)
         raws = [
             e
             for e in instance.all_logs(
@@ -280,10 +283,7 @@ def test_landing_files_start_a_micro_batch_once_min_batch_bytes_wait(
             _wait(lambda: not unfinished(warehouse, source), "the two files merged")
             _queue_a_run(instance, "shop")
 
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        result = job.execute_in_process(instance=instance, tags=source_tags("shop"))
-        feeder.join(timeout=5)
+        result = _run_while(job, instance, "shop", feed)
 
     assert result.success
     assert versions == [0]
