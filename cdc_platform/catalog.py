@@ -398,8 +398,8 @@ class ContinuousConfig(_Strict):
         "of this length), at most kafka.max_records and max_bytes (the memory bounds)",
     )
     # As a Kafka consumer's fetch.min.bytes and fetch.max.wait.ms: a small micro-batch costs
-    # seconds of CPU whatever its size, so a source that trickles is merged about once a
-    # max_wait_seconds rather than for every few events, and a burst is taken at once.
+    # seconds of CPU whatever its size, so what a source trickles waits up to
+    # max_wait_seconds and is merged once for several of its batches; a burst goes at once.
     min_batch_records: int = Field(
         1000,
         ge=0,

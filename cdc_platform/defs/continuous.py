@@ -22,7 +22,8 @@ micro-batch takes every file waiting: a file is its unit.
 
 A micro-batch starts once ``min_batch_records`` (Kafka) or ``min_batch_bytes`` (landing) wait,
 or ``max_wait_seconds`` after the run first saw less (``Gather``): a small micro-batch costs
-seconds of CPU whatever its size, so a trickle is taken about once a minute, a burst at once.
+seconds of CPU whatever its size, so a trickle waits up to a minute and is taken once for
+several of its batches; a burst goes at once.
 """
 
 import time
