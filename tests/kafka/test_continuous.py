@@ -83,6 +83,17 @@ def _run_while(
     return result
 
 
+def _end_once_merged(
+    instance: dg.DagsterInstance, warehouse, source: SourceConfig, records: int
+) -> None:
+    """Once raw holds ``records`` records and all of them are merged, queue another run of the
+    source: the continuous run ends for it."""
+    raw_uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
+    _wait(lambda: lake.read_arrow(raw_uri).num_rows == records, f"{records} records in raw")
+    _wait(lambda: not unfinished(warehouse, source), "every record merged")
+    _queue_a_run(instance, source.name)
+
+
 def _wait(condition, what: str, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -114,9 +125,7 @@ def test_one_run_takes_micro_batch_after_micro_batch(spark, kafka_bootstrap, tmp
                 lambda: lake.exists(current_uri) and not unfinished(warehouse, source), "catch-up"
             )
             _produce(kafka_bootstrap, topic, [{"value": v} for v in tail])
-            _wait(lambda: lake.read_arrow(raw_uri).num_rows == len(lines), "the tail in raw")
-            _wait(lambda: not unfinished(warehouse, source), "the tail merged")
-            _queue_a_run(instance, "k")
+            _end_once_merged(instance, warehouse, source, len(lines))
 
         result = _run_while(job, instance, "k", feed)
         profiles = [
@@ -211,7 +220,6 @@ def test_a_trickle_waits_for_more_until_max_wait_seconds(
     lines = _lines()
     head, first, rest = lines[:10], lines[10:13], lines[13:]
     _produce(kafka_bootstrap, topic, [{"value": v} for v in head])
-    raw_uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
     current_uri = lake.TableRef(lake.CURRENT, "k", table).uri(warehouse)
     produced: list[float] = []
 
@@ -226,9 +234,7 @@ def test_a_trickle_waits_for_more_until_max_wait_seconds(
             produced.append(time.time())
             _produce(kafka_bootstrap, topic, [{"value": v} for v in first])
             _produce(kafka_bootstrap, topic, [{"value": v} for v in rest])
-            _wait(lambda: lake.read_arrow(raw_uri).num_rows == len(lines), "the rest in raw")
-            _wait(lambda: not unfinished(warehouse, source), "the rest merged")
-            _queue_a_run(instance, "k")
+            _end_once_merged(instance, warehouse, source, len(lines))
 
         result = _run_while(job, instance, "k", feed)
         raws = [
