@@ -61,7 +61,7 @@ def changelog_frame(
         "event_time",
         "source_format",
         F.col("source_format").isin(*before_formats).alias("before_expected"),
-        *[F.col(c).cast("string") if c == lake.PARTITION_COLUMN else F.col(c) for c in COORDINATES],
+        *_coordinates(),
     )
     return frame, [KEY_PREFIX + k for k in key]
 
@@ -80,7 +80,7 @@ def _outputs(
     dates: list[str] | None,
     written: dict[str, list[str]] | None,
 ) -> Iterator[tuple[str, DataFrame]]:
-    """(outcome, frame of coordinate keys) for every table a raw message can end up in."""
+    """(outcome, its rows' raw coordinates) for every table a raw message can end up in."""
     layers = [
         ("change", lake.tables_under(warehouse, lake.CHANGELOG, source)),
         ("control", [lake.TableRef(lake.CONTROL, source).uri(warehouse)]),
@@ -92,7 +92,13 @@ def _outputs(
             df = _read(spark, uri, dates, written)
             # The columns from the log: asking Spark Connect would be a round trip.
             if df is not None and set(COORDINATES) <= set(lake.arrow_schema(uri).names):
-                yield outcome, df.select(coordinate_key().alias("__coord"))
+                yield outcome, df.select(*_coordinates())
+
+
+def _coordinates() -> list[Column]:
+    """The raw coordinates, the partition date as text (as the frame shows it)."""
+    partition = lake.PARTITION_COLUMN
+    return [F.col(c).cast("string") if c == partition else F.col(c) for c in COORDINATES]
 
 
 def reconciliation_frame(
@@ -108,14 +114,13 @@ def reconciliation_frame(
     Raw coordinates, not counts: a Canal message yields several change records, and a DataWorks
     or DataHub update pair yields one change record (the after half's coordinates) and one
     control record (the consumed before half's). ``written``: just the raw messages a run read
-    and the outputs it wrote (see ``_read``)."""
+    and the outputs it wrote (see ``_read``).
+
+    Raw and the outputs in one aggregate by coordinates (one shuffle; a join with raw would be
+    another): each group says how many raw messages have them, and the first outcome."""
     raw = _read(spark, lake.TableRef(lake.RAW, source).uri(warehouse), dates, written)
     if raw is None:
         return None
-    found = [
-        df.withColumn("outcome", F.lit(outcome))
-        for outcome, df in _outputs(spark, warehouse, source, dates, written)
-    ]
     rank = F.create_map(
         *[
             F.lit(x)
@@ -123,18 +128,28 @@ def reconciliation_frame(
             for x in (o, i)
         ]
     )
-    raw = raw.select(
-        *[F.col(c).cast("string") if c == lake.PARTITION_COLUMN else F.col(c) for c in COORDINATES],
-        coordinate_key().alias("__coord"),
+    raw_rows = raw.select(*_coordinates(), F.lit(None).cast("string").alias("outcome"))
+    outputs = [
+        df.withColumn("outcome", F.lit(outcome))
+        for outcome, df in _outputs(spark, warehouse, source, dates, written)
+    ]
+    rows = reduce(DataFrame.unionByName, outputs, raw_rows)
+    is_raw = F.col("outcome").isNull()
+    groups = rows.groupBy(coordinate_key().alias("__coord")).agg(
+        *[F.first(c).alias(c) for c in COORDINATES],
+        F.count_if(is_raw).alias("__messages"),
+        F.min_by("outcome", rank[F.col("outcome")]).alias("outcome"),
     )
-    if not found:
-        return raw.withColumn("outcome", F.lit(None).cast("string")).drop("__coord")
-    outputs = (
-        reduce(DataFrame.unionByName, found)
-        .groupBy("__coord")
-        .agg(F.min_by("outcome", rank[F.col("outcome")]).alias("outcome"))
+    # A row per raw message (as a join with raw would give), none for an output's rows alone.
+    return (
+        groups.where(F.col("__messages") > 0)
+        .select(
+            F.explode(F.array_repeat(F.lit(0), F.col("__messages").cast("int"))).alias("__n"),
+            *COORDINATES,
+            "outcome",
+        )
+        .drop("__n")
     )
-    return raw.join(outputs, "__coord", "left").drop("__coord")
 
 
 def current_frame(
