@@ -173,27 +173,36 @@ def current_frame(
     if not lake.exists(uri):
         return None
     unkeyed = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in key])
+    narrowed = written is not None and changes is not None  # to the rows of the changed keys
     if written is None:
         df = lake.read(spark, uri)
     else:
         df = lake.read(spark, uri, only_files=lake.files_sharing_keys(uri, written, key[0]))
-        if changes is not None:
-            log = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
-            changed = lake.read(spark, log, only_files=changes).where(F.col("key").isNotNull())
-            keys = changed.select(*[F.col("key")[k].alias(k) for k in key]).distinct()
-            # Rows with a null key part stay too: they are what pk_not_null looks for.
-            df = (
-                df.join(keys.withColumn("__changed", F.lit(True)), key, "left")
-                .where(F.col("__changed").isNotNull() | unkeyed)
-                .drop("__changed")
-            )
-    # A key is exposed when it has a live row; a key with a null part never is (as a join on
-    # the key would say). A window over the key, not a distinct and a join: one shuffle.
-    live = F.max((~F.col(C.DELETED_COL)).cast("int")).over(Window.partitionBy(*key)) == 1
-    return df.select(
+    df = df.select(*key, C.SEQUENCE_COL, C.DELETED_COL, F.lit(False).alias("__change"))
+    if narrowed:
+        log = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
+        changed = lake.read(spark, log, only_files=changes).where(F.col("key").isNotNull())
+        keys = changed.select(
+            *[F.col("key")[k].alias(k) for k in key], F.lit(True).alias("__change")
+        )
+        df = df.unionByName(keys, allowMissingColumns=True)
+    # One window over the key (one shuffle; not a distinct and joins) says whether the key has a
+    # live row in the table, so is exposed (a key with a null part never is, as a join on the
+    # key would say), and whether the merge changed it (a row of ``keys`` is in it).
+    by_key = Window.partitionBy(*key)
+    change = F.col("__change")
+    live = F.max(F.when(~change, (~F.col(C.DELETED_COL)).cast("int"))).over(by_key) == 1
+    frame = df.select(
         *key,
         C.SEQUENCE_COL,
         C.DELETED_COL,
         F.to_json(F.struct(*key)).alias("__key"),
         F.when(unkeyed, F.lit(False)).otherwise(F.coalesce(live, F.lit(False))).alias("__exposed"),
+        change,
+        (F.max(change.cast("int")).over(by_key) == 1).alias("__changed"),
     )
+    if narrowed:
+        # The table's rows of the changed keys, and those with a null key part: they are what
+        # pk_not_null looks for.
+        frame = frame.where(~change & (F.col("__changed") | unkeyed))
+    return frame.drop("__change", "__changed")
