@@ -121,32 +121,30 @@ def reconciliation_frame(
     raw = _read(spark, lake.TableRef(lake.RAW, source).uri(warehouse), dates, written)
     if raw is None:
         return None
-    rank = F.create_map(
-        *[
-            F.lit(x)
-            for i, o in enumerate(("change", "control", "ddl", "quarantine"))
-            for x in (o, i)
-        ]
-    )
-    raw_rows = raw.select(*_coordinates(), F.lit(None).cast("string").alias("outcome"))
+    # Each output's rows by the rank of their outcome (null: a raw message), so the aggregate
+    # keeps numbers only (Spark's hash aggregate; a text value in it makes a sort aggregate).
+    rank = {outcome: i for i, outcome in enumerate(("change", "control", "ddl", "quarantine"))}
+    no_rank = F.lit(None).cast("int")
     outputs = [
-        df.withColumn("outcome", F.lit(outcome))
+        df.withColumn("__rank", F.lit(rank[outcome]))
         for outcome, df in _outputs(spark, warehouse, source, dates, written)
     ]
-    rows = reduce(DataFrame.unionByName, outputs, raw_rows)
-    is_raw = F.col("outcome").isNull()
-    groups = rows.groupBy(coordinate_key().alias("__coord")).agg(
-        *[F.first(c).alias(c) for c in COORDINATES],
-        F.count_if(is_raw).alias("__messages"),
-        F.min_by("outcome", rank[F.col("outcome")]).alias("outcome"),
+    rows = reduce(
+        DataFrame.unionByName, outputs, raw.select(*_coordinates(), no_rank.alias("__rank"))
     )
+    # Grouped by the coordinates themselves: null equals null there, as it must.
+    groups = rows.groupBy(*COORDINATES).agg(
+        F.count_if(F.col("__rank").isNull()).alias("__messages"), F.min("__rank").alias("__rank")
+    )
+    # Null for a null rank. Not element_at: on a literal array Spark 4.3 gives the last element.
+    outcome = F.get(F.array(*[F.lit(o) for o in rank]), F.col("__rank"))
     # A row per raw message (as a join with raw would give), none for an output's rows alone.
     return (
         groups.where(F.col("__messages") > 0)
         .select(
             F.explode(F.array_repeat(F.lit(0), F.col("__messages").cast("int"))).alias("__n"),
             *COORDINATES,
-            "outcome",
+            outcome.alias("outcome"),
         )
         .drop("__n")
     )

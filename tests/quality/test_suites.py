@@ -127,6 +127,16 @@ def test_current_suite(spark, warehouse):
     assert failed["pk_unique"].unexpected == 2
     assert failed["no_exposed_tombstones"].sample[0]["id"] == 1
 
+    # As after a merge: the rows of the files it wrote whose keys the change-log files it
+    # merged hold (1 is one). The same verdicts; the null key stays, for pk_not_null.
+    log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
+    runs = validations.validate_current(
+        spark, warehouse, SOURCE, "t", balance, lake.files(uri), lake.files(log)
+    )
+    narrowed = {r.rule: r for run in runs for r in run.rules if not r.success}
+    assert set(narrowed) == set(failed) and narrowed["pk_unique"].unexpected == 2
+    assert runs[0].rows == 3
+
 
 def test_reconciliation_finds_a_raw_message_in_no_output(spark, warehouse):
     source = SourceConfig(name="r")
