@@ -36,6 +36,7 @@ from cdc_platform.lake.kafka_offsets import (
     kafka_stored_offsets,
 )
 from cdc_platform.lake.merge import (
+    BROADCAST_ROWS,
     DROP,
     REBUILT,
     Candidates,
@@ -44,6 +45,7 @@ from cdc_platform.lake.merge import (
     delete_rows,
     files_sharing_keys,
     replace_keys,
+    rewrite_keys,
     rows_of_keys,
     upsert_newer,
 )
@@ -90,8 +92,9 @@ from cdc_platform.lake.tables import (
 from cdc_platform.lake.vacuum import Vacuumed, all_tables, vacuum
 
 __all__ = [
-    "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY", "KAFKA_KEY",
-    "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW", "REBUILT",
+    "BROADCAST_ROWS", "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY",
+    "KAFKA_KEY", "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW",
+    "REBUILT",
     "ROWS_PER_FILE", "all_tables", "append", "append_kafka_batch", "append_normalized",
     "arrow_schema", "broadcastable", "candidates", "Candidates", "ChangelogFacts",
     "changelog_facts", "changelog_tables", "delete_rows", "describe",
@@ -101,7 +104,8 @@ __all__ = [
     "kafka_stored_offsets", "max_stat", "normalized_raw_version",
     "overwrite_partitions", "partition_row_counts", "Pin", "properties", "quoted", "read",
     "read_arrow",
-    "record_state", "replace", "replace_keys", "row_count", "rows_of_keys", "Staging",
+    "record_state", "replace", "replace_keys", "rewrite_keys", "row_count", "rows_of_keys",
+    "Staging",
     "may_hold_truncates", "stat_range", "state", "TABLE_PROPERTIES", "TableMoved", "TableRef",
     "TableState", "tables_under", "upgrade_properties", "upsert_newer", "vacuum", "Vacuumed",
     "version",

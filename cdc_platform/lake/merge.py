@@ -564,6 +564,40 @@ def replace_keys(
         rows.unpersist()
 
 
+def rewrite_keys(
+    spark: SparkSession,
+    uri: str,
+    rows: DataFrame,
+    keys: DataFrame,
+    held: dict[str, int],
+    key: list[str],
+    state: TableState | None,
+    count: int,
+    version: int,
+    few: bool,
+    compact: bool = False,
+) -> None:
+    """Replace every row of ``keys`` (a frame of key columns, each key once) by ``rows``
+    (``count`` of them), where the caller found the files of version ``version`` that hold
+    those keys' rows: ``held`` maps each (a path as ``FILE_COLUMN`` gives it) to its rows of
+    them. Those files are written again without those rows, with ``rows``, in one commit against
+    ``version`` recording ``state``: ``replace_keys`` without looking for the keys' rows.
+    ``few``: ``keys`` are sent to the tasks reading the files. ``compact``: see ``_rewrite``."""
+    dt = DeltaTable(uri, version=version)
+    out = rows
+    if held:
+        sizes = add_actions(dt).select(["path", "num_records"]).to_pylist()
+        kept = sum(a["num_records"] or 0 for a in sizes if a["path"] in held) - sum(held.values())
+        paths = [absolute_path(uri, f) for f in sorted(held)]
+        target = read(spark, uri, only_files=paths)
+        wanted = F.broadcast(keys) if few else keys
+        on = [target[f"`{k}`"].eqNullSafe(wanted[f"`{k}`"]) for k in key]
+        others = target.join(wanted, on, "left_anti")
+        out = others.unionByName(rows, allowMissingColumns=True)
+        count += kept
+    _rewrite(uri, dt, out, set(held), key, state, count, compact)
+
+
 def delete_rows(
     spark: SparkSession,
     uri: str,

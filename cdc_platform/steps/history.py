@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from deltalake.exceptions import CommitFailedError
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -15,6 +16,8 @@ from cdc_platform.catalog import TableConfig
 from cdc_platform.spark import history
 from cdc_platform.spark.session import PERSIST_LEVEL
 from cdc_platform.timings import phase
+
+_ATTEMPTS = 3
 
 
 @dataclass
@@ -46,7 +49,18 @@ def update_history(
     log's truncates change (one came or went), or with ``full_refresh``, every key is
     recomputed. The history's state counts the truncates, updated from the changed files alone.
     """
+    for attempt in range(_ATTEMPTS):
+        try:
+            return _update(spark, warehouse, source, table, full_refresh)
+        except CommitFailedError:  # another commit came first (or a column was added): anew
+            if attempt == _ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
+
+def _update(
+    spark: SparkSession, warehouse: Path, source: str, table: TableConfig, full_refresh: bool
+) -> HistoryResult:
     cl_uri = lake.TableRef(lake.CHANGELOG, source, table.name).uri(warehouse)
     h_uri = lake.TableRef(lake.HISTORY, source, table.name).uri(warehouse)
     cl_version = lake.version(cl_uri)
@@ -92,45 +106,46 @@ def update_history(
     added, gone = changes.added, changes.gone
     touched = added if gone is None else added.unionByName(gone)
     affected = history.touched_keys(touched, key)
-    # The touched keys' rows, read by every step below: only the files whose key range may
-    # hold one are read, so a run costs what its batch touches, not the history.
+    # The touched keys' rows, with their files, read by every step below: only the files whose
+    # key range may hold one are read, so a run costs what its batch touches, not the history.
     columns = [c for c in lake.arrow_schema(h_uri).names if c not in key]
     keys = affected.select("key.*")
-    old = lake.rows_of_keys(spark, h_uri, keys, key, columns).drop(lake.FILE_COLUMN)
+    known = lake.candidates(spark, h_uri, keys, key)
+    few = lake.row_count(cl_uri, changes.added_files) <= lake.BROADCAST_ROWS and gone is None
+    old = lake.rows_of_keys(spark, h_uri, keys, key, columns, known, few)
     old = old.persist(PERSIST_LEVEL)
-    new = None
+    compared = None
     try:
+        old_rows = old.drop(lake.FILE_COLUMN)
         if _in_order(cl_uri, changes, state):
             # Every new change is newer than every change applied: the keys' open versions
             # stand in for their old changes, and the whole change log is not read.
-            new = _extended(old, added, key, tracked, table.ignore_null_updates, truncates)
+            new = _extended(old_rows, added, key, tracked, table.ignore_null_updates, truncates)
         else:
             changelog = lake.read(spark, cl_uri)
             new = history.history_rows(
                 changelog, key, tracked, table.ignore_null_updates, affected, truncates
             )
-        new = new.persist(PERSIST_LEVEL)
-        # Per key: versions that are new or differ, versions (by key and start) that are gone,
-        # and its versions now. Only the keys with a difference are rewritten.
-        per_key = _differences(new, old, key).persist(PERSIST_LEVEL)
-        try:
-            with phase("history.differences"):
-                totals = per_key.agg(F.sum("added"), F.sum("gone"), F.sum("versions")).first()
-            written, removed, versions = (int(v or 0) for v in totals)
-            changed_keys = per_key.select(*key)
-            with phase("history.replace"):
-                if written or removed:
-                    rows = new.join(changed_keys, key, "left_semi")
-                    lake.replace_keys(
-                        spark, h_uri, rows, changed_keys, key, new_state, versions, compact=True
-                    )
-                else:
-                    lake.record_state(h_uri, new_state)
-        finally:
-            per_key.unpersist()
+        compared = _compared(new, old, key).persist(PERSIST_LEVEL)
+        with phase("history.differences"):
+            per_file = _per_file(compared)
+        written, removed = per_file.added, per_file.gone
+        with phase("history.replace"):
+            if written or removed:
+                # Only the keys with a difference are rewritten.
+                changed = F.col("__changed") & (F.col("__side") == _NEW)
+                rows = compared.where(changed).select(*key, history.START_AT, "__values.*")
+                changed_keys = compared.where(F.col("__changed") & F.col("__first")).select(*key)
+                lake.rewrite_keys(
+                    spark, h_uri, rows, changed_keys, per_file.held, key, new_state,
+                    per_file.versions, known.version, per_file.keys <= lake.BROADCAST_ROWS,
+                    compact=True,
+                )  # fmt: skip
+            else:
+                lake.record_state(h_uri, new_state)
     finally:
-        if new is not None:
-            new.unpersist()
+        if compared is not None:
+            compared.unpersist()
         old.unpersist()
     return HistoryResult(
         h_uri, written, removed, lake.row_count(h_uri), lake.version(h_uri), cl_version
@@ -210,24 +225,71 @@ def _recorded_truncates(state: lake.TableState) -> Counter[tuple[str, int | None
     return Counter({(seq, us): n for seq, us, n in state.truncates or []})
 
 
-def _differences(new: DataFrame, old: DataFrame, key: list[str]) -> DataFrame:
-    """Per key with a difference between its ``new`` and ``old`` history rows: ``added`` (new
-    versions, or versions whose values differ), ``gone`` (versions, by start, it no longer has)
-    and ``versions`` (its new versions); one join on (key, start)."""
+_NEW, _OLD = 0, 1  # ``_compared``'s sides
+
+
+def _compared(new: DataFrame, old: DataFrame, key: list[str]) -> DataFrame:
+    """The touched keys' ``new`` history rows and ``old`` ones (with their ``FILE_COLUMN``), in
+    one frame (``__side``: ``_NEW`` or ``_OLD``; ``__values``: the columns besides the key and
+    the start), each row flagged: ``__added``, a new row no old row of its key and start equals
+    (a new version, or one whose values changed); ``__gone``, an old row whose start no new row
+    of its key has; ``__changed``, its key has one or the other; ``__first``, its key's first
+    row. Windows over the key, one shuffle: a new row's old counterpart is the next row."""
     ids = [*key, history.START_AT]
     values = [f for f in new.schema.fields if f.name not in ids]
-    n = new.select(*ids, F.struct(*[f.name for f in values]).alias("__new"))
-    o = old.select(*ids, F.struct(*_typed_as(old, values)).alias("__old"))
-    is_new, is_old = F.col("__new").isNotNull(), F.col("__old").isNotNull()
-    return (
-        n.join(o, ids, "full_outer")
-        .groupBy(*key)
+    no_file = F.lit(None).cast("string").alias(lake.FILE_COLUMN)
+    both = new.select(
+        *ids, F.struct(*[F.col(f"`{f.name}`") for f in values]).alias("__values"),
+        F.lit(_NEW).alias("__side"), no_file,
+    ).unionByName(old.select(
+        *ids, F.struct(*_typed_as(old, values)).alias("__values"),
+        F.lit(_OLD).alias("__side"), lake.FILE_COLUMN,
+    ))  # fmt: skip
+    by_key = Window.partitionBy(*key)
+    ordered = by_key.orderBy(history.START_AT, "__side")
+    row = F.struct(F.col("__side").alias("side"), F.col(history.START_AT).alias("at"), "__values")
+    after, before = F.lead(row).over(ordered), F.lag(row).over(ordered)
+    at, side = F.col(history.START_AT), F.col("__side")
+    same = (
+        (after["side"] == _OLD)
+        & (after["at"] == at)
+        & after["__values"].eqNullSafe(F.col("__values"))
+    )
+    kept = (before["side"] == _NEW) & (before["at"] == at)
+    flagged = both.select(
+        "*",
+        ((side == _NEW) & ~F.coalesce(same, F.lit(False))).alias("__added"),
+        ((side == _OLD) & ~F.coalesce(kept, F.lit(False))).alias("__gone"),
+        (F.row_number().over(ordered) == 1).alias("__first"),
+    )
+    return flagged.withColumn("__changed", F.max(F.col("__added") | F.col("__gone")).over(by_key))
+
+
+class _PerFile(NamedTuple):
+    added: int  # new rows no old row equals: versions written
+    gone: int  # old rows no new row replaces: versions removed
+    versions: int  # new rows of the changed keys: rows written
+    keys: int  # changed keys
+    held: dict[str, int]  # per file holding rows of changed keys, how many
+
+
+def _per_file(compared: DataFrame) -> _PerFile:
+    """``_compared``'s counts, from one aggregate with a row per file (and one for new rows)."""
+    changed, side = F.col("__changed"), F.col("__side")
+    rows = (
+        compared.groupBy(lake.FILE_COLUMN)
         .agg(
-            F.count_if(is_new & ~F.col("__new").eqNullSafe(F.col("__old"))).alias("added"),
-            F.count_if(~is_new & is_old).alias("gone"),
-            F.count_if(is_new).alias("versions"),
+            F.count_if("__added").alias("added"),
+            F.count_if("__gone").alias("gone"),
+            F.count_if(changed & (side == _NEW)).alias("versions"),
+            F.count_if(changed & F.col("__first")).alias("keys"),
+            F.count_if(changed & (side == _OLD)).alias("held"),
         )
-        .where((F.col("added") > 0) | (F.col("gone") > 0))
+        .collect()
+    )
+    return _PerFile(
+        *(sum(r[c] for r in rows) for c in ("added", "gone", "versions", "keys")),
+        {r[lake.FILE_COLUMN]: r["held"] for r in rows if r["held"]},
     )
 
 
