@@ -249,6 +249,27 @@ def test_a_column_added_later_joins_the_history(spark, warehouse):
     assert (result.versions_written, result.versions_removed, result.rows) == (2, 0, 3)
 
 
+def test_a_run_rewrites_only_the_files_holding_keys_whose_history_changed(spark, warehouse):
+    uri = lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse)
+    _write(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a", "b")])
+    _history(spark, warehouse)
+    (of_key_1,) = lake.files(uri)
+    _write(spark, warehouse, "2026-01-02", [_change("c", 2, 2, "x", "y")])
+    _history(spark, warehouse)
+    (of_key_2,) = set(lake.files(uri)) - {of_key_1}
+    # Key 1 changes; key 2 is touched by its insert again, which changes nothing.
+    _write(spark, warehouse, "2026-01-03", [
+        _change("u", 3, 1, "a3", "b"), _change("c", 2, 2, "x", "y"),
+    ])  # fmt: skip
+    result = update_history(spark, warehouse, "s", TABLE)
+    assert _rows(spark, warehouse) == [
+        _v(1, "a", "b", 1, 3, "c"), _v(1, "a3", "b", 3, None, "u"), _v(2, "x", "y", 2, None, "c"),
+    ]  # fmt: skip
+    files = set(lake.files(uri))
+    assert of_key_2 in files and of_key_1 not in files and len(files) == 2
+    assert (result.versions_written, result.versions_removed, result.rows) == (2, 0, 3)
+
+
 IN_ORDER = {
     "2026-01-01": [
         _change("c", 1, 1, "a1", "b1"), _change("c", 2, 2, "x", "y"), _change("c", 3, 3, "p", "q"),
