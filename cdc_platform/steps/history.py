@@ -52,10 +52,14 @@ def update_history(
     for attempt in range(_ATTEMPTS):
         try:
             return _update(spark, warehouse, source, table, full_refresh)
-        except CommitFailedError:  # another commit came first (or a column was added): anew
+        except (CommitFailedError, _Moved):  # another commit came first (or a column was added)
             if attempt == _ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+class _Moved(Exception):
+    """The history table moved while a run read it: the run starts anew."""
 
 
 def _update(
@@ -113,6 +117,10 @@ def _update(
     known = lake.candidates(spark, h_uri, keys, key)
     few = lake.row_count(cl_uri, changes.added_files) <= lake.BROADCAST_ROWS and gone is None
     old = lake.rows_of_keys(spark, h_uri, keys, key, columns, known, few)
+    if lake.version(h_uri) != known.version:
+        # Read at a later version than the files were found at: what the rewrite removes and
+        # commits against must be the version read.
+        raise _Moved(h_uri)
     old = old.persist(PERSIST_LEVEL)
     compared = None
     try:

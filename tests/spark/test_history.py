@@ -270,6 +270,27 @@ def test_a_run_rewrites_only_the_files_holding_keys_whose_history_changed(spark,
     assert (result.versions_written, result.versions_removed, result.rows) == (2, 0, 3)
 
 
+def test_a_run_whose_history_moves_while_it_reads_starts_anew(spark, warehouse, monkeypatch):
+    _write(spark, warehouse, "2026-01-01", [_change("c", 1, 1, "a", "b")])
+    _history(spark, warehouse)
+    _write(spark, warehouse, "2026-01-02", [_change("u", 2, 1, "a2", "b")])
+    uri = lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse)
+    reads = []
+
+    def racing(*args, **kwargs):  # another writer commits to the history as the run reads it
+        reads.append(1)
+        if len(reads) == 1:
+            lake.record_state(uri, lake.state(uri))
+        return real(*args, **kwargs)
+
+    real = lake.rows_of_keys
+    monkeypatch.setattr(lake, "rows_of_keys", racing)
+    result = update_history(spark, warehouse, "s", TABLE)
+    assert len(reads) == 2
+    assert _rows(spark, warehouse) == [_v(1, "a", "b", 1, 2, "c"), _v(1, "a2", "b", 2, None, "u")]
+    assert (result.versions_written, result.versions_removed) == (2, 0)
+
+
 IN_ORDER = {
     "2026-01-01": [
         _change("c", 1, 1, "a1", "b1"), _change("c", 2, 2, "x", "y"), _change("c", 3, 3, "p", "q"),
