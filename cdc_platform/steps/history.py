@@ -52,7 +52,7 @@ def update_history(
     for attempt in range(_ATTEMPTS):
         try:
             return _update(spark, warehouse, source, table, full_refresh)
-        except (CommitFailedError, _Moved):  # another commit came first (or a column was added)
+        except (CommitFailedError, _Moved):  # another commit came first, or a column was added
             if attempt == _ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
