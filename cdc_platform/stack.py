@@ -187,6 +187,7 @@ class Stack:
         """SIGTERM to every part's group at once, SIGKILL to what is left after ``GRACE``
         seconds, and to every process ever seen below them that still lives (the Spark server's
         JVM runs in a group of its own)."""
+        self._cancel_runs_in_flight()
         for proc in self.procs.values():
             self.seen.update(descendants([proc.pid]))
             signal_group(proc.pid, signal.SIGTERM)
@@ -217,6 +218,23 @@ class Stack:
         import dagster as dg  # here, not at the top: the stack's parts start without it
 
         return dg.DagsterInstance.from_config(str(self.settings.home))
+
+    def _cancel_runs_in_flight(self) -> None:
+        """Mark the runs in flight as being canceled before the signal reaches them: Dagster then
+        ends a run it interrupts as canceled, not as failed "unexpectedly" (the Runs page stays
+        green after a stop, and the next start does not take the stop for failed continuous
+        runs, which it spaces out). A stop goes on whatever this meets."""
+        if not (self.settings.home / "dagster.yaml").exists():
+            return
+        import dagster as dg
+
+        in_flight = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+        try:
+            with self._instance() as instance:
+                for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_flight)):
+                    instance.report_run_canceling(run, message="cdc-platform up is stopping")
+        except Exception as e:  # noqa: BLE001  (the stop matters more than the runs' status)
+            print(f"could not mark the runs in flight as canceling: {e}", flush=True)
 
     def _end_runs_left_in_flight(self) -> None:
         """Mark canceled the runs its stop left unfinished: a run the daemon launched on its way
