@@ -14,8 +14,14 @@ instance's event log:
 Then it fits `request -> success = fixed + per_event x events` over the sizes (least squares) and
 prints the phase tables of the smallest and the largest batch per source, largest phases first.
 
+With `--runs continuous` the sources run as the demo's do, one long run each, but a micro-batch
+starts as soon as anything waits (`max_wait_seconds: 0`, not the demo's gathering of a trickle):
+there is no request, launch or run per batch, and what it fits is the micro-batches' own time
+(`seconds by phase`'s `step`: raw, change log and its checks, current and its checks) for the
+events of a round; `append -> done` adds the wait for the run's next look (`poll_seconds`, 1 s).
+
     .venv/bin/python bench/live_profile.py [--sizes 1,1000,10000,100000] [--sources files,kafka]
-        [--warmup 1000] [--keep]
+        [--runs batches|continuous] [--warmup 1000] [--keep]
 """
 
 import argparse
@@ -77,6 +83,55 @@ def run_profile(home: Path, run_id: str) -> dict:
     }
 
 
+# A continuous source of the profile: a micro-batch as soon as anything waits, one run for it all.
+CONTINUOUS = {"run_minutes": 120, "max_wait_seconds": 0}
+
+
+def micro_batches(home: Path, source: str, since: float) -> list[dict]:
+    """The micro-batches of ``source``'s continuous runs that ended after ``since`` (epoch s):
+    when each ended, and its logged phases (``step``: the whole micro-batch)."""
+    from dagster import DagsterInstance, RunsFilter
+
+    found = []
+    with DagsterInstance.from_config(str(home)) as instance:
+        for run in instance.get_runs(RunsFilter(job_name=f"{source}__continuous")):
+            for entry in instance.all_logs(run.run_id):
+                message = entry.user_message or ""
+                if entry.timestamp > since and PROFILE_PREFIX in message:
+                    phases = json.loads(message.split(PROFILE_PREFIX, 1)[1])
+                    found.append({"ended": entry.timestamp, "phases": phases})
+    return sorted(found, key=lambda m: m["ended"])
+
+
+def continuous_profile(home: Path, source: str, since: float, seen: float, timeout: float) -> dict:
+    """The micro-batches that carried a round appended at ``since`` and seen live at ``seen``:
+    those that ended since it was appended, up to the first that ended after it was seen (its
+    checks come after the merge), as ``run_profile`` gives a run (``step`` summed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        batches = micro_batches(home, source, since)
+        done = [m for m in batches if m["ended"] >= seen]
+        if done:
+            carried = [m for m in batches if m["ended"] <= done[0]["ended"]]
+            break
+        if time.monotonic() > deadline:
+            raise StackError(f"{source}: no micro-batch ended after its round was live")
+        time.sleep(0.5)
+    phases: dict[str, float] = {}
+    for m in carried:
+        for name, seconds in m["phases"].items():
+            phases[name] = phases.get(name, 0.0) + seconds
+    step = f"{source}__micro_batches"
+    return {
+        "requested": since,
+        "started": since,
+        "ended": carried[-1]["ended"],
+        "status": "SUCCESS",
+        "steps": {step: {"seconds": phases.get("step", 0.0), "phases": phases}},
+        "micro_batches": len(carried),
+    }
+
+
 def runs_of(stack: DemoStack, source: str, since: float) -> list[dict]:
     return [
         r
@@ -104,15 +159,29 @@ def print_run(kind: str, events: int, prof: dict, source: str) -> None:
     steps = ", ".join(
         f"{short(k, source)} {v.get('seconds', 0):.2f}" for k, v in prof["steps"].items()
     )
+    if "micro_batches" in prof:
+        print(f"  {kind:<5} {events:>7} events: micro-batch {seconds(prof):6.2f} s "
+              f"(append->done {total:6.2f} s, {prof['micro_batches']} micro-batch(es))",
+              flush=True)  # fmt: skip
+        return
     print(f"  {kind:<5} {events:>7} events: request->success {total:6.2f} s "
           f"(request->start {launch:5.2f} s) [{steps}]", flush=True)  # fmt: skip
 
 
+def seconds(prof: dict) -> float:
+    """What the fit measures: a run's request -> success, or a round's micro-batches."""
+    if "micro_batches" in prof:
+        return sum(step["seconds"] for step in prof["steps"].values())
+    return prof["ended"] - prof["requested"]
+
+
 def print_phases(kind: str, events: int, prof: dict, source: str) -> None:
     print(f"\n{kind}, {events} events: where the run's time went (seconds)")
-    rows = [
-        ("request -> start (queue, launch, code location)", prof["started"] - prof["requested"])
-    ]
+    rows = []
+    if "micro_batches" not in prof:
+        rows.append(
+            ("request -> start (queue, launch, code location)", prof["started"] - prof["requested"])
+        )
     for key, step in prof["steps"].items():
         name = short(key, source)
         phases = step.get("phases", {})
@@ -130,6 +199,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,1000,10000,100000")
     parser.add_argument("--sources", default="files,kafka")
+    parser.add_argument(
+        "--runs", choices=("batches", "continuous"), default="batches",
+        help="a run per batch from the sensor (default), or the sources' continuous runs",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=1000, help="events of an uncounted round")
     parser.add_argument("--timeout", type=float, default=600, help="per round, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -151,6 +224,8 @@ def main() -> None:
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
             spark=demo["spark"], max_records=max(*sizes, args.warmup),
+            continuous={t: CONTINUOUS for t in ("files", "kafka")}
+            if args.runs == "continuous" else None,
         )  # fmt: skip
         stack = DemoStack(work, catalog)
         stack.start(bootstrap)
@@ -173,6 +248,13 @@ def main() -> None:
                         raise StackError(f"{kind} {events} events not live in {args.timeout} s")
                     stack.check_alive()
                     time.sleep(0.5)
+                if args.runs == "continuous":
+                    prof = continuous_profile(stack.home, source, since + 1, time.time(),
+                                              args.timeout)  # fmt: skip
+                    if round_no:
+                        measured[kind].append((events, prof))
+                    print_run(kind + ("" if round_no else "*"), events, prof, source)
+                    continue
                 # The run ends after its last commit (the current table's checks).
                 while any(r["status"] in IN_FLIGHT + QUEUED for r in runs_of(stack, source, since)):
                     if time.monotonic() - start > args.timeout:
@@ -191,9 +273,10 @@ def main() -> None:
         print("\n* warm-up, not counted")
         for kind, runs in measured.items():
             source = FILES if kind == "files" else KAFKA
-            points = [(n, p["ended"] - p["requested"]) for n, p in runs]
+            points = [(n, seconds(p)) for n, p in runs]
             fixed, per_event = fit(points)
-            print(f"\n{kind}: request->success = {fixed:.2f} s + {per_event * 1000:.4f} ms x "
+            what = "micro-batch" if args.runs == "continuous" else "request->success"
+            print(f"\n{kind}: {what} = {fixed:.2f} s + {per_event * 1000:.4f} ms x "
                   f"events  ({1 / per_event if per_event > 0 else float('inf'):,.0f} events/s "
                   "marginal)")  # fmt: skip
             # The smallest batch is the fixed cost; the largest, what grows with the batch.
