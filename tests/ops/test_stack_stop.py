@@ -1,8 +1,9 @@
 """`cdc-platform up` (what `make demo` runs) stops cleanly: Ctrl-C or SIGTERM while runs are in
 flight ends every process it started, the Spark Connect server's JVM included, frees every port,
-leaves no run "started" (the run it interrupted ends canceled), and the next start comes up. The real stack: broker, Spark server,
-`dagster dev`, the demo's traffic. A Spark server killed under runs in flight (started again,
-the runs retry and succeed) is the fault suite's (tests/ops/test_faults.py)."""
+leaves no run "started" (the run it interrupted ends canceled), and the next start comes up.
+The real stack: broker, Spark server, `dagster dev`, the demo's traffic. A Spark server killed
+under runs in flight (started again, the runs retry and succeed) is the fault suite's
+(tests/ops/test_faults.py)."""
 
 import signal
 from collections.abc import Iterator
