@@ -14,6 +14,12 @@ instance's event log:
 Then it fits `request -> success = fixed + per_event x events` over the sizes (least squares) and
 prints the phase tables of the smallest and the largest batch per source, largest phases first.
 
+The counted rounds come after uncounted ones (`--warmup`, by default one round of each size):
+the costs are those of a warm server, one that has already run batches of every size, as a
+server running all day has. A server's first batch of a new size is slower (most likely the JIT,
+not done with the code it makes hot): a first micro-batch of 100,000 events took 9.2-13.0 s, the
+next ones 5.2-8.0 s.
+
 With `--runs continuous` the sources run as the demo's do, one long run each, but a micro-batch
 starts as soon as anything waits (`max_wait_seconds: 0`, not the demo's gathering of a trickle):
 there is no request, launch or run per batch, and what it fits is the micro-batches' own time
@@ -21,7 +27,7 @@ there is no request, launch or run per batch, and what it fits is the micro-batc
 events of a round; `append -> done` adds the wait for the run's next look (`poll_seconds`, 1 s).
 
     .venv/bin/python bench/live_profile.py [--sizes 1,1000,10000,100000] [--sources files,kafka]
-        [--runs batches|continuous] [--warmup 1000] [--keep]
+        [--runs batches|continuous] [--warmup SIZES] [--keep]
 """
 
 import argparse
@@ -203,11 +209,16 @@ def main() -> None:
         "--runs", choices=("batches", "continuous"), default="batches",
         help="a run per batch from the sensor (default), or the sources' continuous runs",
     )  # fmt: skip
-    parser.add_argument("--warmup", type=int, default=1000, help="events of an uncounted round")
+    parser.add_argument(
+        "--warmup", default=None,
+        help="events of the uncounted rounds before the counted ones, comma-separated "
+        "(default: the sizes; 0: none)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="per round, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    warmup = [n for s in (args.warmup or args.sizes).split(",") if (n := int(s))]
     kinds = [k.strip() for k in args.sources.split(",") if k.strip()]
     install_signal_handlers()
     try:
@@ -223,7 +234,7 @@ def main() -> None:
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
-            spark=demo["spark"], max_records=max(*sizes, args.warmup),
+            spark=demo["spark"], max_records=max(*sizes, *warmup),
             continuous={t: CONTINUOUS for t in ("files", "kafka")}
             if args.runs == "continuous" else None,
         )  # fmt: skip
@@ -232,10 +243,11 @@ def main() -> None:
         create_topic(bootstrap)
         print(f"stack up: {stack.url}, {stack.spark_url}; work {work}", flush=True)
         pos = {"files": 4, "kafka": 4}
-        plan = [(0, args.warmup)] if args.warmup else []
-        plan += list(enumerate(sizes, start=1))
+        # (counted, events) a round. Each round's rows carry its number (from 1), so a round is
+        # live once that many rows of it are.
+        plan = [(False, n) for n in warmup] + [(True, n) for n in sizes]
         measured: dict[str, list[tuple[int, dict]]] = {k: [] for k in kinds}
-        for round_no, events in plan:
+        for round_no, (counted, events) in enumerate(plan, start=1):
             for kind in kinds:
                 source = FILES if kind == "files" else KAFKA
                 since = time.time() - 1
@@ -251,9 +263,9 @@ def main() -> None:
                 if args.runs == "continuous":
                     prof = continuous_profile(stack.home, source, since + 1, time.time(),
                                               args.timeout)  # fmt: skip
-                    if round_no:
+                    if counted:
                         measured[kind].append((events, prof))
-                    print_run(kind + ("" if round_no else "*"), events, prof, source)
+                    print_run(kind + ("" if counted else "*"), events, prof, source)
                     continue
                 # The run ends after its last commit (the current table's checks).
                 while any(r["status"] in IN_FLIGHT + QUEUED for r in runs_of(stack, source, since)):
@@ -267,9 +279,9 @@ def main() -> None:
                 prof = max(profs, key=lambda p: p["ended"] - p["requested"])
                 if len(done) > 1:
                     print(f"  ({kind}: {len(done)} runs carried the round; the longest shown)")
-                if round_no:
+                if counted:
                     measured[kind].append((events, prof))
-                print_run(kind + ("" if round_no else "*"), events, prof, source)
+                print_run(kind + ("" if counted else "*"), events, prof, source)
         print("\n* warm-up, not counted")
         for kind, runs in measured.items():
             source = FILES if kind == "files" else KAFKA
