@@ -234,7 +234,7 @@ def main() -> None:
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
-            spark=demo["spark"], max_records=max(*sizes, *warmup),
+            spark=demo["spark"], max_records=max([*sizes, *warmup]),
             continuous={t: CONTINUOUS for t in ("files", "kafka")}
             if args.runs == "continuous" else None,
         )  # fmt: skip
