@@ -47,3 +47,27 @@ def test_a_spark_connect_client_needs_no_jdk(spark_connect_url, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("answer=42")
+
+
+# A client session of the server, asked whether it has a class loader of its own.
+_ISOLATION = textwrap.dedent(
+    """
+    import sys
+    from cdc_platform.spark.session import get_spark
+
+    spark = get_spark(remote=sys.argv[1])
+    print("isolated=" + spark.conf.get("spark.sql.artifact.isolation.enabled"))
+    """
+)
+
+
+def test_the_servers_sessions_share_its_compiled_code(spark_connect_url):
+    """Spark keeps generated code per class loader. With artifact isolation (which pyspark's
+    start-connect-server.sh forces on) each session has a loader of its own, and every run, a
+    new session, compiled all of its code again (spark/connect_server.py)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ISOLATION, spark_connect_url],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("isolated=false")
