@@ -53,12 +53,14 @@ def command(
 
 
 def serve(master: str, conf: dict[str, str]) -> int:
-    """Run the server in this process's JVM until the JVM ends; its exit status. The JVM ends
-    with this process too (pyspark's gateway quits when its parent's pipe closes)."""
+    """Run the server in this process's JVM until the JVM ends; its exit status (128 + the
+    signal that killed it, as a shell says). The JVM ends with this process too (pyspark's
+    gateway quits when its parent's pipe closes)."""
     plugins = ",".join(filter(None, [conf.get("spark.plugins"), _PLUGIN]))
     spark = get_spark(master, {**conf, "spark.plugins": plugins}, app_name="Spark Connect server")
     spark.sparkContext.setLogLevel(conf.get("spark.log.level", "WARN"))
-    return spark.sparkContext._gateway.proc.wait()  # noqa: SLF001  (pyspark's JVM process)
+    code = spark.sparkContext._gateway.proc.wait()  # noqa: SLF001  (pyspark's JVM process)
+    return code if code >= 0 else 128 - code
 
 
 # What `cdc-platform spark-server` prints when its warm-up is done: `make demo` and the benches
