@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdc_platform.spark.session import DEFAULT_CONF, ensure_java, get_spark
+from cdc_platform.spark.session import ensure_java, get_spark
 
 DEFAULT_PORT = 15002
 _PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
@@ -39,13 +39,9 @@ def command(
         "JAVA_HOME": ensure_java(),
         "PYSPARK_PYTHON": sys.executable,
     }
-    # WARN: at INFO a busy server logs a megabyte every few minutes.
-    settings = {
-        **DEFAULT_CONF,
-        "spark.log.level": "WARN",
-        **conf,
-        "spark.connect.grpc.binding.port": str(port),
-    }
+    # WARN: at INFO a busy server logs a megabyte every few minutes. ``serve`` builds the session
+    # with ``get_spark``, which adds the platform's DEFAULT_CONF under these.
+    settings = {"spark.log.level": "WARN", **conf, "spark.connect.grpc.binding.port": str(port)}
     args = [sys.executable, "-m", "cdc_platform.spark.connect_server", "--master", master]
     for key, value in settings.items():
         args += ["--conf", f"{key}={value}"]
