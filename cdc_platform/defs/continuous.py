@@ -18,7 +18,9 @@ restarted at once (killed, it lost nothing), but after two failures in a row the
 A Kafka micro-batch takes at most what the micro-batches before it show can be finished in
 ``batch_seconds`` (``BatchBound``), so a backlog is worked through in micro-batches of about that
 length rather than of a fixed ``max_records`` (which stays the memory bound). A landing
-micro-batch takes every file waiting: a file is its unit.
+micro-batch takes every file waiting: a file is its unit. While micro-batches follow each other,
+a Kafka source's consumer stays open (``kafka.KafkaReader``): it fetches the next micro-batch's
+records while Spark works on this one. The run closes it before it waits.
 
 A micro-batch starts once ``min_batch_records`` (Kafka) or ``min_batch_bytes`` (landing) wait,
 or ``max_wait_seconds`` after the run first saw less (``Gather``): a small micro-batch costs
@@ -121,6 +123,7 @@ class MicroBatches:
     partitions: dg.DailyPartitionsDefinition
     bound: BatchBound | None = None  # Kafka sources
     taken: kafka.KafkaIngestResult | None = None  # the last Kafka micro-batch's raw
+    reader: kafka.KafkaReader | None = None  # a Kafka source's consumer, open between micro-batches
     warned: set[str] = field(default_factory=set)  # landing dates said to be outside
     gather: Gather = field(init=False)  # when the next micro-batch starts
 
@@ -177,8 +180,10 @@ class MicroBatches:
             date = today().isoformat()
             assert self.bound is not None
             with phase("raw"):
+                if self.reader is None:
+                    self.reader = kafka.KafkaReader(source)
                 batch = kafka.ingest_kafka(
-                    warehouse, source, max_records=self.bound.records, date=date
+                    warehouse, source, max_records=self.bound.records, date=date, reader=self.reader
                 )
             self.taken = batch
             if not batch.records:
@@ -192,6 +197,13 @@ class MicroBatches:
         with phase("raw"):
             result = ingest_landing(warehouse, source.name, landing_dir, dates)
         return outputs.landing_raw(warehouse, source, result), dates
+
+    def release(self) -> None:
+        """Close the Kafka consumer before the run waits or ends: kept open, it would go on
+        fetching for a micro-batch that does not come soon."""
+        if self.reader is not None:
+            self.reader, reader = None, self.reader
+            reader.close()
 
     def _landing_dates(self) -> dict[str, list[str]]:
         """The landing files raw does not hold, per date within the partitions. Dates outside
@@ -300,6 +312,58 @@ def _queued_run(instance: dg.DagsterInstance, source: str) -> dg.DagsterRun | No
     return runs[0] if runs else None
 
 
+def _run(
+    context: dg.OpExecutionContext, batches: MicroBatches, minutes: float, poll_seconds: float
+) -> Iterator[Event]:
+    """Micro-batch after micro-batch for ``minutes``, or until another run of the source is
+    queued."""
+    end = time.monotonic() + minutes * 60
+    failures = 0
+    catch_up = True  # what a run that died left: looked at first, and after a failure
+    while time.monotonic() < end:
+        if queued := _queued_run(context.instance, batches.source.name):
+            context.log.info(
+                f"run {queued.run_id[:8]} of {batches.source.name} is queued: this continuous "
+                "run ends for it, and the sensor starts the next one after it"
+            )
+            return
+        try:
+            # A run's first look, and one after a failure, also finishes what was left.
+            if not catch_up and not batches.ready():
+                batches.release()
+                time.sleep(poll_seconds)
+                continue
+            started = time.monotonic()
+            with profiled(context) as profile:
+                left = catch_up and unfinished(batches.lake.warehouse_path, batches.source)
+                raw, dates = batches.ingest()
+                idle = raw is None and not left
+                if idle:
+                    profile.skip()
+                else:
+                    yield from batches.process(raw, dates)
+            if not left:  # a catch-up's time is not the batch's alone
+                batches.learn(time.monotonic() - started)
+            if idle:
+                batches.release()
+                catch_up = False
+                time.sleep(poll_seconds)
+                continue
+            failures, catch_up = 0, False
+        except Exception as error:
+            batches.release()
+            reason = transient_reason(error)
+            if reason is None or failures >= len(RETRY_SECONDS):
+                fail_with_root_cause(error)
+                raise
+            reset_if_spark_gone(error, batches.spark)
+            wait = RETRY_SECONDS[failures]
+            failures, catch_up = failures + 1, True
+            context.log.warning(f"transient: {reason}; micro-batch again in {wait} s "
+                                f"(attempt {failures} of {len(RETRY_SECONDS)})")  # fmt: skip
+            time.sleep(wait)
+
+
 def build_continuous_job(
     source: SourceConfig, tables: list[TableConfig], partitions: dg.DailyPartitionsDefinition
 ) -> dg.JobDefinition:
@@ -316,48 +380,10 @@ def build_continuous_job(
         context: dg.OpExecutionContext, spark: SparkResource, lake: LakeResource
     ) -> Iterator[Event]:
         batches = MicroBatches(context, spark, lake, source, tables, partitions)
-        end = time.monotonic() + settings.run_minutes * 60
-        failures = 0
-        catch_up = True  # what a run that died left: looked at first, and after a failure
-        while time.monotonic() < end:
-            if queued := _queued_run(context.instance, source.name):
-                context.log.info(
-                    f"run {queued.run_id[:8]} of {source.name} is queued: this continuous run "
-                    "ends for it, and the sensor starts the next one after it"
-                )
-                return
-            try:
-                # A run's first look, and one after a failure, also finishes what was left.
-                if not catch_up and not batches.ready():
-                    time.sleep(settings.poll_seconds)
-                    continue
-                started = time.monotonic()
-                with profiled(context) as profile:
-                    left = catch_up and unfinished(lake.warehouse_path, source)
-                    raw, dates = batches.ingest()
-                    idle = raw is None and not left
-                    if idle:
-                        profile.skip()
-                    else:
-                        yield from batches.process(raw, dates)
-                if not left:  # a catch-up's time is not the batch's alone
-                    batches.learn(time.monotonic() - started)
-                if idle:
-                    catch_up = False
-                    time.sleep(settings.poll_seconds)
-                    continue
-                failures, catch_up = 0, False
-            except Exception as error:
-                reason = transient_reason(error)
-                if reason is None or failures >= len(RETRY_SECONDS):
-                    fail_with_root_cause(error)
-                    raise
-                reset_if_spark_gone(error, spark)
-                wait = RETRY_SECONDS[failures]
-                failures, catch_up = failures + 1, True
-                context.log.warning(f"transient: {reason}; micro-batch again in {wait} s "
-                                    f"(attempt {failures} of {len(RETRY_SECONDS)})")  # fmt: skip
-                time.sleep(wait)
+        try:
+            yield from _run(context, batches, settings.run_minutes, settings.poll_seconds)
+        finally:
+            batches.release()
 
     @dg.job(
         name=f"{source.name}__continuous",

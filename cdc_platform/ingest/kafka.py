@@ -14,14 +14,22 @@ monitoring only and are never read.
 A run is bounded by ``max_records`` and ``max_bytes`` (key + value + header bytes), so a large
 backlog is worked through in several runs, each its own batch, and by each partition's high
 watermark at its start, so it does not chase a producer that keeps writing.
+
+A continuous run keeps its consumer from one micro-batch to the next (``KafkaReader``), so the
+records that arrive while Spark works on one micro-batch are fetched meanwhile. The offsets
+stored in raw stay the only truth: a kept consumer that does not stand exactly at them is
+assigned there again.
 """
 
 import bisect
 import datetime as dt
+import gc
 import itertools
 import logging
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,15 +92,23 @@ def group_id(source: SourceConfig) -> str:
     return source.kafka.group_id or f"cdc-platform.{source.name}"
 
 
-def _consumer(source: SourceConfig) -> Consumer:
-    assert source.kafka is not None
+def _consumer(source: SourceConfig, prefetch: bool = False) -> Consumer:
+    """A consumer of the source; with ``prefetch`` its queue holds up to a whole batch (the
+    source's ``max_records`` and ``max_bytes``; librdkafka's defaults fetch ahead far less)."""
+    kafka = source.kafka
+    assert kafka is not None
+    ahead = {
+        "queued.min.messages": min(kafka.max_records, 10_000_000),
+        "queued.max.messages.kbytes": min(-(-kafka.max_bytes // 1024), 2_097_151),
+    }
     return Consumer(
         {
             # A run reads what is there and stops: the broker need not hold a fetch open for
             # more (librdkafka's default wait, 500 ms, ended every run's last fetch). The
             # source's consumer settings may say otherwise.
             "fetch.wait.max.ms": 50,
-            **source.kafka.client_settings(),
+            **(ahead if prefetch else {}),
+            **kafka.client_settings(),
             "group.id": group_id(source),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -202,6 +218,26 @@ def _cut_short(uri: str) -> set[tuple[str, int]]:
     }
 
 
+class KafkaReader:
+    """A source's consumer kept open across a continuous run's micro-batches, and where it
+    stands. While Spark works on a micro-batch, librdkafka fetches what arrives into its queue,
+    so the next micro-batch takes those records from memory instead of waiting on the broker
+    (about 1 µs a record instead of 6 from the embedded broker; BENCHMARKS.md). The queue holds
+    at most the source's ``max_records`` and ``max_bytes`` besides the batch being built.
+
+    ``position`` is the next offset the consumer delivers, per topic-partition, when that is
+    known: after a batch that took every record the consumer delivered and paused nothing. A
+    batch whose stored offsets differ (another run committed; the last batch left fetched records
+    behind) assigns the partitions at the stored offsets again, which drops what was fetched."""
+
+    def __init__(self, source: SourceConfig) -> None:
+        self.consumer = _consumer(source, prefetch=True)
+        self.position: dict[tuple[str, int], int] | None = None
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 def _size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
     return (
         len(key or b"")
@@ -304,6 +340,21 @@ def _headers(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.List
     return pa.array(rows, kind)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a batch fills. Each record adds a Message and list
+    entries, and the collections those allocations set off rescan every record taken so far:
+    two thirds of the time to consume 100,000 records (BENCHMARKS.md). Nothing a batch holds
+    forms a cycle, so nothing waits for a collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _ends(consumer: Consumer, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """Each partition's high watermark now: where this run stops reading it."""
     ends = {}
@@ -323,48 +374,69 @@ def _consume(
     batch: _Batch,
     idle: float,
     ends: dict[tuple[str, int], int],
-) -> bool:
+) -> tuple[bool, bool]:
     """Fill ``batch`` until every partition reported its end or passed ``ends`` (its high
     watermark when the run started), a bound is reached, or nothing came for ``idle`` seconds.
-    True when more records may be waiting: a bound ended the batch, or a partition was left at
-    its start-time end while its producer kept writing.
+    Returns (more waiting, in step). More waiting: a bound ended the batch, or a partition was
+    left at its start-time end while its producer kept writing. In step: the batch holds every
+    record the consumer delivered and no partition is paused, so the consumer delivers next
+    from the batch's next offsets (``KafkaReader``).
 
     Without ``ends`` a run chases a busy producer: the end-of-partition event only comes when a
     fetch finds nothing new, and under steady writes it found something for seconds (3.7 s for
     30,000 records behind at 1,000 records/s on the embedded broker). A partition past its end
     still waits for what comes next, as some brokers' watermarks (Tansu's) point into the
     newest record batch: the end-of-partition event ends it cleanly, a new record cuts it
-    short (the sensor asks again)."""
+    short (the sensor asks again).
+
+    A kept consumer queues an end-of-partition event whenever it catches up, also between
+    batches: one that records followed is stale and ignored. One below the start-time end with
+    nothing after it (the queue empty for a poll) ends its partition too: the end stands below
+    the watermark when the rest is not readable yet (an open transaction)."""
     quiet_since = time.monotonic()
     assigned = len(pending)
     past_end: set[tuple[str, int]] = set()
-    cut_short = False
+    below_end: set[tuple[str, int]] = set()  # at an end-of-partition event below ``ends``
+    cut_short, in_step = False, True
     while pending:
         msgs = consumer.consume(
             num_messages=max(1, min(_CONSUME_BATCH, batch.max_records - len(batch))),
             timeout=_POLL_SECONDS,
         )
         if not msgs:
-            if time.monotonic() - quiet_since > idle:
+            if below_end:  # nothing came after their end-of-partition events
+                pending -= below_end
+                below_end.clear()
+            elif time.monotonic() - quiet_since > idle:
                 log.warning(
                     "no end of partition reported within %.0f s for %s; ending the batch",
                     idle,
                     ", ".join(f"{t}[{p}]" for t, p in sorted(pending)),
                 )
-                return cut_short
+                return cut_short, in_step
             continue
         quiet_since = time.monotonic()
         records = [m for m in msgs if m.error() is None]
         if len(pending) < assigned:  # a partition is done: what it delivers since is not taken
-            records = [m for m in records if (m.topic(), m.partition()) in pending]
+            taken = [m for m in records if (m.topic(), m.partition()) in pending]
+            in_step = in_step and len(taken) == len(records)
+            records = taken
         if records and not batch.take(records):
-            return True
+            return True, False
+        delivered = {(m.topic(), m.partition()) for m in records}
+        below_end -= delivered
         for msg in msgs if len(records) < len(msgs) else []:
             err = msg.error()
             if err is None:
                 continue
             if err.code() == _END_OF_PARTITION:
-                pending.discard((msg.topic(), msg.partition()))
+                tp = (msg.topic(), msg.partition())
+                if batch.next.get(tp, -1) > msg.offset():
+                    continue  # stale: records past it came in the same delivery
+                if msg.offset() >= ends.get(tp, 0):
+                    pending.discard(tp)
+                elif tp in pending:
+                    below_end.add(tp)
             elif err.code() == _OFFSET_GONE:
                 raise KafkaIngestError(
                     f"{msg.topic()}[{msg.partition()}]: the next offset to ingest is no longer on "
@@ -375,14 +447,15 @@ def _consume(
             else:
                 raise KafkaIngestError(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
         if batch.full:
-            return True
-        delivered = {(m.topic(), m.partition()) for m in records}
+            return True, in_step
         if still_writing := past_end & delivered & pending:
-            consumer.pause([TopicPartition(t, p) for t, p in sorted(still_writing)])
             pending -= still_writing
             cut_short = True
+            if pending:  # the others read on: this one must stop delivering
+                consumer.pause([TopicPartition(t, p) for t, p in sorted(still_writing)])
+                in_step = False
         past_end |= {tp for tp in delivered & pending if batch.next[tp] >= ends.get(tp, 1 << 62)}
-    return cut_short
+    return cut_short, in_step
 
 
 def ingest_kafka(
@@ -391,18 +464,20 @@ def ingest_kafka(
     max_records: int | None = None,
     max_bytes: int | None = None,
     date: str | None = None,
+    reader: KafkaReader | None = None,
 ) -> KafkaIngestResult:
     """Read the source's topic-partitions from the offsets stored in ``raw/<source>`` (the
     earliest offset for a partition never read) and append what came, at most ``max_records``
     records and ``max_bytes`` bytes (default: the source's settings), as one Delta commit in the
-    ``ingest_date`` partition ``date`` (default: today, UTC). Nothing new: no commit."""
+    ``ingest_date`` partition ``date`` (default: today, UTC). Nothing new: no commit. With a
+    ``reader`` its consumer reads, and stays open; without, a consumer of this call's own."""
     kafka = source.kafka
     if source.transport != "kafka" or kafka is None:
         raise KafkaIngestError(f"source {source.name} is not a transport: kafka source")
     date = date or dt.datetime.now(dt.UTC).date().isoformat()
     uri = lake.TableRef(lake.RAW, source.name).uri(warehouse)
     batch = _Batch(max_records or kafka.max_records, max_bytes or kafka.max_bytes)
-    consumer = _consumer(source)
+    consumer = reader.consumer if reader is not None else _consumer(source)
     try:
         with phase("kafka.metadata"):
             partitions = _partitions(consumer, source)
@@ -411,12 +486,17 @@ def ingest_kafka(
             return result
         with phase("kafka.offsets"):
             read_version, stored = lake.kafka_offsets(uri, RAW_SCHEMA, partitions)
-        consumer.assign(
-            [TopicPartition(t, p, stored.get((t, p), OFFSET_BEGINNING)) for t, p in partitions]
-        )
-        with phase("kafka.consume"):
+        start = {tp: stored.get(tp, OFFSET_BEGINNING) for tp in partitions}
+        if reader is None or reader.position != start:
+            assignment = [TopicPartition(t, p, o) for (t, p), o in start.items()]
+            consumer.assign(assignment)
+            if reader is not None:
+                consumer.resume(assignment)  # what the last batch paused
+        if reader is not None:
+            reader.position = None  # known again when this batch ends in step
+        with phase("kafka.consume"), _collector_paused():
             ends = _ends(consumer, partitions)
-            result.bounded = _consume(
+            result.bounded, in_step = _consume(
                 consumer, set(partitions), batch, kafka.idle_timeout_seconds, ends
             )
         if not len(batch):
@@ -426,6 +506,8 @@ def ingest_kafka(
                 lake.append_kafka_batch(
                     uri, RAW_SCHEMA.empty_table(), read_version, {}, {"records": 0, "offsets": {}}
                 )
+            if reader is not None and in_step:
+                reader.position = start
             return result
         for (topic, partition), first in sorted(batch.first.items()):
             result.offsets.setdefault(topic, {})[partition] = [
@@ -445,13 +527,16 @@ def ingest_kafka(
         batch.columns.clear()  # the records live on in ``table`` alone
         with phase("kafka.raw_commit"):
             result.version = lake.append_kafka_batch(uri, table, read_version, batch.next, metadata)
+        if reader is not None and in_step:
+            reader.position = {**start, **batch.next}
         if kafka.commit_consumer_offsets:
             with phase("kafka.group_commit"):
                 _commit_group_offsets(consumer, source, batch.next)
         return result
     finally:
-        with phase("kafka.close"):
-            consumer.close()
+        if reader is None:
+            with phase("kafka.close"):
+                consumer.close()
 
 
 def _commit_group_offsets(

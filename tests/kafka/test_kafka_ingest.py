@@ -84,9 +84,9 @@ def _raw(warehouse: Path) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: (r["topic"], r["partition"], r["offset"]))
 
 
-def _run_until_empty(warehouse: Path, source: SourceConfig, **bounds) -> list:
+def _run_until_empty(warehouse: Path, source: SourceConfig, **settings) -> list:
     results = []
-    while (r := kafka.ingest_kafka(warehouse, source, date=DATE, **bounds)).version is not None:
+    while (r := kafka.ingest_kafka(warehouse, source, date=DATE, **settings)).version is not None:
         results.append(r)
         assert len(results) < 100
     assert r.records == 0 and not r.bounded
@@ -175,6 +175,35 @@ def test_bounded_runs_store_every_record_exactly_once(kafka_bootstrap, warehouse
     }
 
 
+def test_a_kept_reader_stores_every_record_exactly_once_beside_other_runs(
+    kafka_bootstrap, warehouse
+):
+    # A continuous run keeps its consumer between micro-batches. What it fetched ahead is taken
+    # by its next batch when raw's offsets are where the consumer stands, and dropped when they
+    # are not (here: another run committed in between).
+    topic = _topic(kafka_bootstrap, "kept", partitions=3)
+    produced = _produce(kafka_bootstrap, topic, _generated(200, 3))
+    source = _source(kafka_bootstrap, [topic])
+    reader = kafka.KafkaReader(source)
+    try:
+        assert kafka.ingest_kafka(warehouse, source, 50, date=DATE, reader=reader).records == 50
+        assert kafka.ingest_kafka(warehouse, source, 30, date=DATE).records == 30  # another run
+        results = _run_until_empty(warehouse, source, reader=reader)
+        assert [r.records for r in results] == [120]
+        ends = {(topic, p): 1 + max(r["offset"] for r in produced if r["partition"] == p)
+                for p in range(3)}  # fmt: skip
+        assert reader.position == ends  # in step: the next batch reads on from here
+
+        produced += _produce(kafka_bootstrap, topic, _generated(20, 3))
+        assert [r.records for r in _run_until_empty(warehouse, source, reader=reader)] == [20]
+        assert kafka.ingest_kafka(warehouse, source, date=DATE).records == 0  # another run
+    finally:
+        reader.close()
+
+    rows = _raw(warehouse)
+    assert _coordinates(rows) == sorted((topic, r["partition"], r["offset"]) for r in produced)
+
+
 def test_resume_comes_from_the_table_not_the_consumer_group(kafka_bootstrap, warehouse):
     topic = _topic(kafka_bootstrap, "resume")
     _produce(kafka_bootstrap, topic, _generated(20, 1))
@@ -190,13 +219,23 @@ def test_resume_comes_from_the_table_not_the_consumer_group(kafka_bootstrap, war
     assert _coordinates(_raw(warehouse)) == [(topic, 0, o) for o in range(25)]
 
 
-def test_max_bytes_bounds_a_run_and_an_oversized_record_still_passes(kafka_bootstrap, warehouse):
+@pytest.mark.parametrize("kept", [False, True], ids=["a consumer a run", "a kept reader"])
+def test_max_bytes_bounds_a_run_and_an_oversized_record_still_passes(
+    kafka_bootstrap, warehouse, kept
+):
+    # With a kept reader, each bound refuses records the consumer delivered: the next batch
+    # assigns the partition at raw's offsets again.
     topic = _topic(kafka_bootstrap, "bytes")
     _produce(kafka_bootstrap, topic, [{"key": b"k", "value": b"v" * 999} for _ in range(10)])
     _produce(kafka_bootstrap, topic, [{"key": b"big", "value": b"b" * 10_000}])
     source = _source(kafka_bootstrap, [topic], max_bytes=3_500)
+    reader = kafka.KafkaReader(source) if kept else None
 
-    results = _run_until_empty(warehouse, source)
+    try:
+        results = _run_until_empty(warehouse, source, reader=reader)
+    finally:
+        if reader is not None:
+            reader.close()
 
     assert [r.records for r in results] == [3, 3, 3, 1, 1]
     assert [r.bytes for r in results] == [3000, 3000, 3000, 1000, 10_003]
@@ -307,9 +346,14 @@ class _Consumer:
     def __init__(self, *deliveries: list[Message]) -> None:
         self.deliveries = list(deliveries)
         self.paused: list[tuple[str, int]] = []
+        self.empty_polls = 0
 
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
-        return self.deliveries.pop(0) if self.deliveries else []
+        if self.deliveries:
+            return self.deliveries.pop(0)
+        self.empty_polls += 1
+        assert self.empty_polls < 100, "asked again and again after the last delivery"
+        return []
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         self.paused += [(tp.topic, tp.partition) for tp in partitions]
@@ -339,15 +383,42 @@ def test_an_offset_gone_from_the_broker_stops_the_run():
     assert len(batch) == 0
 
 
+def test_a_kept_consumers_stale_end_of_partition_event_does_not_end_the_batch():
+    # A kept consumer queued the event when it caught up (offset 5), before the records that
+    # came after it. The batch reads on to the start-time end (10) and its event there.
+    consumer = _Consumer([_eof(0, 5), *_records(0, range(5, 8))], [], [*_records(0, range(8, 10))],
+                         [_eof(0, 10)], _records(0, range(10, 12)))  # fmt: skip
+    batch = kafka._Batch(max_records=100, max_bytes=10_000)
+
+    more_waiting, in_step = kafka._consume(
+        consumer, {("t", 0)}, batch, idle=60, ends={("t", 0): 10}
+    )
+
+    assert (len(batch), batch.next, more_waiting, in_step) == (5, {("t", 0): 10}, False, True)
+    assert len(consumer.deliveries) == 1  # not asked for once the partition was done
+
+
+def test_an_end_of_partition_below_the_watermark_with_nothing_after_it_ends_the_partition():
+    # An open transaction: its records count in the watermark (8) but cannot be read, so the
+    # end-of-partition event stands at 5. An empty poll after it ends the partition, instead of
+    # waiting the idle timeout for records that do not come.
+    consumer = _Consumer([*_records(0, range(5)), _eof(0, 5)])
+    batch = kafka._Batch(max_records=100, max_bytes=10_000)
+
+    more_waiting, in_step = kafka._consume(consumer, {("t", 0)}, batch, idle=60, ends={("t", 0): 8})
+
+    assert (len(batch), more_waiting, in_step, consumer.empty_polls) == (5, False, True, 1)
+
+
 def test_a_partition_past_its_start_time_end_waits_for_its_end_of_partition_event():
     # The watermark (5) may point into the newest record batch (Tansu): the records after it
     # and then the end-of-partition event finish the partition, with nothing cut short.
     consumer = _Consumer(_records(0, range(5)), [], [*_records(0, range(5, 8)), _eof(0, 8)])
     batch = kafka._Batch(max_records=100, max_bytes=10_000)
 
-    more_waiting = kafka._consume(consumer, {("t", 0)}, batch, idle=1, ends={("t", 0): 5})
+    more_waiting, in_step = kafka._consume(consumer, {("t", 0)}, batch, idle=1, ends={("t", 0): 5})
 
-    assert (len(batch), batch.next, more_waiting) == (8, {("t", 0): 8}, False)
+    assert (len(batch), batch.next, more_waiting, in_step) == (8, {("t", 0): 8}, False, True)
 
 
 def test_a_producer_that_keeps_writing_cuts_the_partition_short_at_its_start_time_end():
@@ -362,11 +433,11 @@ def test_a_producer_that_keeps_writing_cuts_the_partition_short_at_its_start_tim
     )
     batch = kafka._Batch(max_records=100, max_bytes=10_000)
 
-    more_waiting = kafka._consume(
+    more_waiting, in_step = kafka._consume(
         consumer, {("t", 0), ("t", 1)}, batch, idle=1, ends={("t", 0): 5, ("t", 1): 6}
     )
 
-    assert more_waiting
+    assert more_waiting and not in_step  # the paused partition: the next batch assigns anew
     assert (len(batch), batch.next) == (15, {("t", 0): 9, ("t", 1): 6})
     assert consumer.paused == [("t", 0)]
     assert len(consumer.deliveries) == 1  # not asked for once every partition was done
