@@ -22,7 +22,11 @@ from cdc_platform.quality.suites import Suite
 from cdc_platform.spark.session import PERSIST_LEVEL
 from cdc_platform.timings import phase
 
-PANDAS_MAX_ROWS = 200_000
+# A Kafka micro-batch's default bound (max_records): micro-batches that large still validate
+# on pandas. Through GX's Spark datasource a frame of 250,000-400,000 rows cost about 8 s more
+# (BENCHMARKS.md, a backlog of 1M records). A bigger frame (a backfill of a busy day) pays for
+# collecting this many rows before it goes to Spark.
+PANDAS_MAX_ROWS = 1_000_000
 SAMPLE_ROWS = 10
 
 
