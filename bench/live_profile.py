@@ -22,12 +22,15 @@ next ones 5.2-8.0 s.
 
 With `--runs continuous` the sources run as the demo's do, one long run each, but a micro-batch
 starts as soon as anything waits (`max_wait_seconds: 0`, not the demo's gathering of a trickle):
-there is no request, launch or run per batch, and what it fits is the micro-batches' own time
-(`seconds by phase`'s `step`: raw, change log and its checks, current and its checks) for the
-events of a round; `append -> done` adds the wait for the run's next look (`poll_seconds`, 1 s).
+there is no request, launch or run per batch, and what it fits is each micro-batch's own time
+(`seconds by phase`'s `step`: raw, change log and its checks, current and its checks) against
+the records its raw step took. A Kafka round the run finds while it is still being produced goes
+through in more than one micro-batch (each printed as `records:seconds`, then the seconds of
+each one's raw step: consuming and storing); `append -> done` adds the wait for the run's next
+look (`poll_seconds`, 1 s).
 
     .venv/bin/python bench/live_profile.py [--sizes 1,1000,10000,100000] [--sources files,kafka]
-        [--runs batches|continuous] [--warmup SIZES] [--keep]
+        [--runs batches|continuous] [--warmup SIZES] [--max-records N] [--keep]
 """
 
 import argparse
@@ -93,19 +96,39 @@ def run_profile(home: Path, run_id: str) -> dict:
 CONTINUOUS = {"run_minutes": 120, "max_wait_seconds": 0}
 
 
+def raw_records(entry) -> int | None:
+    """The records a raw materialization stored (Kafka) or the messages it read (landing)."""
+    event = entry.dagster_event
+    if event is None or not event.is_step_materialization or event.asset_key.path[0] != "raw":
+        return None
+    metadata = {
+        k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()
+    }
+    if "ingested_records" in metadata:
+        return int(metadata["ingested_records"])
+    return sum(metadata.get("messages_by_date", {}).values())
+
+
 def micro_batches(home: Path, source: str, since: float) -> list[dict]:
     """The micro-batches of ``source``'s continuous runs that ended after ``since`` (epoch s):
-    when each ended, and its logged phases (``step``: the whole micro-batch)."""
+    when each ended, its logged phases (``step``: the whole micro-batch) and the records its
+    raw step took."""
     from dagster import DagsterInstance, RunsFilter
 
     found = []
     with DagsterInstance.from_config(str(home)) as instance:
         for run in instance.get_runs(RunsFilter(job_name=f"{source}__continuous")):
+            records = 0
             for entry in instance.all_logs(run.run_id):
                 message = entry.user_message or ""
-                if entry.timestamp > since and PROFILE_PREFIX in message:
-                    phases = json.loads(message.split(PROFILE_PREFIX, 1)[1])
-                    found.append({"ended": entry.timestamp, "phases": phases})
+                records += raw_records(entry) or 0
+                if PROFILE_PREFIX in message:
+                    if entry.timestamp > since:
+                        phases = json.loads(message.split(PROFILE_PREFIX, 1)[1])
+                        found.append(
+                            {"ended": entry.timestamp, "phases": phases, "records": records}
+                        )
+                    records = 0
     return sorted(found, key=lambda m: m["ended"])
 
 
@@ -135,6 +158,10 @@ def continuous_profile(home: Path, source: str, since: float, seen: float, timeo
         "status": "SUCCESS",
         "steps": {step: {"seconds": phases.get("step", 0.0), "phases": phases}},
         "micro_batches": len(carried),
+        # (records, seconds) of each: a round the run found while it was still being written
+        # (Kafka) is taken in more than one micro-batch, each with its fixed cost.
+        "points": [(m["records"], m["phases"].get("step", 0.0)) for m in carried],
+        "raw": [m["phases"].get("raw", 0.0) for m in carried],
     }
 
 
@@ -167,7 +194,9 @@ def print_run(kind: str, events: int, prof: dict, source: str) -> None:
     )
     if "micro_batches" in prof:
         print(f"  {kind:<5} {events:>7} events: micro-batch {seconds(prof):6.2f} s "
-              f"(append->done {total:6.2f} s, {prof['micro_batches']} micro-batch(es))",
+              f"(append->done {total:6.2f} s, micro-batches "
+              f"{' '.join(f'{n}:{t:.2f}' for n, t in prof['points'])}, of which raw "
+              f"{' '.join(f'{t:.2f}' for t in prof['raw'])})",
               flush=True)  # fmt: skip
         return
     print(f"  {kind:<5} {events:>7} events: request->success {total:6.2f} s "
@@ -214,6 +243,11 @@ def main() -> None:
         help="events of the uncounted rounds before the counted ones, comma-separated "
         "(default: the sizes; 0: none)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-records", type=int, default=None,
+        help="the Kafka source's max_records (default: the largest round): with --runs "
+        "continuous, a larger round goes through in micro-batches of this many, back to back",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="per round, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
@@ -234,7 +268,7 @@ def main() -> None:
             work / "sources.yaml", bootstrap=bootstrap, files_source=FILES, kafka_source=KAFKA,
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
-            spark=demo["spark"], max_records=max([*sizes, *warmup]),
+            spark=demo["spark"], max_records=args.max_records or max([*sizes, *warmup]),
             continuous={t: CONTINUOUS for t in ("files", "kafka")}
             if args.runs == "continuous" else None,
         )  # fmt: skip
@@ -285,7 +319,10 @@ def main() -> None:
         print("\n* warm-up, not counted")
         for kind, runs in measured.items():
             source = FILES if kind == "files" else KAFKA
-            points = [(n, seconds(p)) for n, p in runs]
+            if args.runs == "continuous":  # micro-batch by micro-batch, as the rounds split
+                points = [point for _, p in runs for point in p["points"]]
+            else:
+                points = [(n, seconds(p)) for n, p in runs]
             fixed, per_event = fit(points)
             what = "micro-batch" if args.runs == "continuous" else "request->success"
             print(f"\n{kind}: {what} = {fixed:.2f} s + {per_event * 1000:.4f} ms x "
