@@ -20,14 +20,16 @@ server running all day has. A server's first batch of a new size is slower (most
 not done with the code it makes hot): a first micro-batch of 100,000 events took 9.2-13.0 s, the
 next ones 5.2-8.0 s.
 
-With `--runs continuous` the sources run as the demo's do, one long run each, but a micro-batch
-starts as soon as anything waits (`max_wait_seconds: 0`, not the demo's gathering of a trickle):
+With `--runs continuous` the sources run as the demo's do, one long run each, but a landing
+micro-batch starts as soon as anything waits (`max_wait_seconds: 0`, not the demo's gathering of
+a trickle), and a Kafka one once the largest round waits or 10 s after the run saw less
+(`KAFKA_GATHER_SECONDS`):
 there is no request, launch or run per batch, and what it fits is each micro-batch's own time
 (`seconds by phase`'s `step`: raw, change log and its checks, current and its checks) against
-the records its raw step took. A Kafka round the run finds while it is still being produced goes
-through in more than one micro-batch (each printed as `records:seconds`, then the seconds of
-each one's raw step: consuming and storing); `append -> done` adds the wait for the run's next
-look (`poll_seconds`, 1 s).
+the records its raw step took. A round that goes through in more than one micro-batch prints each
+(`records:seconds`, then the seconds of each one's raw step: consuming and storing);
+`append -> done` adds the wait for the run's next look (`poll_seconds`, 1 s), and for a Kafka
+round smaller than the largest, the gathering.
 
     .venv/bin/python bench/live_profile.py [--sizes 1,1000,10000,100000] [--sources files,kafka]
         [--runs batches|continuous] [--warmup SIZES] [--max-records N] [--keep]
@@ -92,8 +94,14 @@ def run_profile(home: Path, run_id: str) -> dict:
     }
 
 
-# A continuous source of the profile: a micro-batch as soon as anything waits, one run for it all.
+# A continuous source of the profile: one run for it all, a micro-batch as soon as anything waits.
 CONTINUOUS = {"run_minutes": 120, "max_wait_seconds": 0}
+# A Kafka round is produced over seconds: a run that took what it found would take a round in
+# parts, while the broker is busy taking the rest (on the embedded broker a micro-batch's
+# consume then stalled for 8-9 s). So a Kafka micro-batch starts once a round of the largest
+# size waits, or this long after the run first saw records (a smaller round): that wait adds to
+# `append -> done`, not to the micro-batch.
+KAFKA_GATHER_SECONDS = 10
 
 
 def raw_records(entry) -> int | None:
@@ -269,8 +277,11 @@ def main() -> None:
             column_types={"id": "bigint", "name": "string", "round": "int"},
             interval={t: demo["interval"].get(t, 15) for t in ("files", "kafka")},
             spark=demo["spark"], max_records=args.max_records or max([*sizes, *warmup]),
-            continuous={t: CONTINUOUS for t in ("files", "kafka")}
-            if args.runs == "continuous" else None,
+            continuous={
+                "files": CONTINUOUS,
+                "kafka": {**CONTINUOUS, "min_batch_records": max([*sizes, *warmup]),
+                          "max_wait_seconds": KAFKA_GATHER_SECONDS},
+            } if args.runs == "continuous" else None,
         )  # fmt: skip
         stack = DemoStack(work, catalog)
         stack.start(bootstrap)
