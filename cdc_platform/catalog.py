@@ -215,7 +215,8 @@ class KafkaConfig(_Strict):
         128 * 1024 * 1024,
         gt=0,
         description="key+value+header bytes per run at most (the run holds them in memory: "
-        "about 8x this at its peak while the batch is written)",
+        "about 8x this at its peak while the batch is written; a continuous run's consumer "
+        "also fetches up to this much ahead)",
     )
     idle_timeout_seconds: float = Field(
         10.0, gt=0, description="end the batch when no partition delivered anything for this long"
