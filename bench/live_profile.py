@@ -102,6 +102,7 @@ CONTINUOUS = {"run_minutes": 120, "max_wait_seconds": 0}
 # size waits, or this long after the run first saw records (a smaller round): that wait adds to
 # `append -> done`, not to the micro-batch.
 KAFKA_GATHER_SECONDS = 10
+VISIBLE_POLL_SECONDS = 0.5  # how often the bench looks whether a round is live
 
 
 def raw_records(entry) -> int | None:
@@ -147,7 +148,9 @@ def continuous_profile(home: Path, source: str, since: float, seen: float, timeo
     deadline = time.monotonic() + timeout
     while True:
         batches = micro_batches(home, source, since)
-        done = [m for m in batches if m["ended"] >= seen]
+        # The bench looks every 0.5 s: the micro-batch that made the round live may have
+        # logged its profile just before the look that saw it.
+        done = [m for m in batches if m["ended"] >= seen - VISIBLE_POLL_SECONDS - 0.5]
         if done:
             carried = [m for m in batches if m["ended"] <= done[0]["ended"]]
             break
@@ -304,7 +307,7 @@ def main() -> None:
                     if time.monotonic() - start > args.timeout:
                         raise StackError(f"{kind} {events} events not live in {args.timeout} s")
                     stack.check_alive()
-                    time.sleep(0.5)
+                    time.sleep(VISIBLE_POLL_SECONDS)
                 if args.runs == "continuous":
                     prof = continuous_profile(stack.home, source, since + 1, time.time(),
                                               args.timeout)  # fmt: skip
