@@ -23,8 +23,8 @@ next ones 5.2-8.0 s.
 With `--runs continuous` the sources run as the demo's do, one long run each, but a landing
 micro-batch starts as soon as anything waits (`max_wait_seconds: 0`, not the demo's gathering of
 a trickle), and a Kafka one once the largest round waits or 10 s after the run saw less
-(`KAFKA_GATHER_SECONDS`):
-there is no request, launch or run per batch, and what it fits is each micro-batch's own time
+(`KAFKA_GATHER_SECONDS`). There is no request, launch or run per batch, and what it fits is
+each micro-batch's own time
 (`seconds by phase`'s `step`: raw, change log and its checks, current and its checks) against
 the records its raw step took. A round that goes through in more than one micro-batch prints each
 (`records:seconds`, then the seconds of each one's raw step: consuming and storing);
@@ -144,7 +144,8 @@ def micro_batches(home: Path, source: str, since: float) -> list[dict]:
 def continuous_profile(home: Path, source: str, since: float, seen: float, timeout: float) -> dict:
     """The micro-batches that carried a round appended at ``since`` and seen live at ``seen``:
     those that ended since it was appended, up to the first that ended after it was seen (its
-    checks come after the merge), as ``run_profile`` gives a run (``step`` summed)."""
+    checks come after the merge; less the bench's look interval), as ``run_profile`` gives a
+    run (``step`` summed)."""
     deadline = time.monotonic() + timeout
     while True:
         batches = micro_batches(home, source, since)
@@ -169,8 +170,8 @@ def continuous_profile(home: Path, source: str, since: float, seen: float, timeo
         "status": "SUCCESS",
         "steps": {step: {"seconds": phases.get("step", 0.0), "phases": phases}},
         "micro_batches": len(carried),
-        # (records, seconds) of each: a round the run found while it was still being written
-        # (Kafka) is taken in more than one micro-batch, each with its fixed cost.
+        # (records, seconds) of each: a round bigger than --max-records, or one the run found
+        # while it was still being written, is taken in more than one micro-batch.
         "points": [(m["records"], m["phases"].get("step", 0.0)) for m in carried],
         "raw": [m["phases"].get("raw", 0.0) for m in carried],
     }
