@@ -12,10 +12,15 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
-from cdc_platform.lake.tables import PARTITION_COLUMN, TABLE_PROPERTIES, exists, snapshot
+from cdc_platform.lake.tables import (
+    PARTITION_COLUMN,
+    RAW_ROW_GROUP_ROWS,
+    TABLE_PROPERTIES,
+    exists,
+    snapshot,
+)
 
-# Several row groups per file: Spark splits a Parquet file into tasks by row group.
-_WRITER = WriterProperties(max_row_group_size=64 * 1024, compression="SNAPPY")
+_WRITER = WriterProperties(max_row_group_size=RAW_ROW_GROUP_ROWS, compression="SNAPPY")
 
 # Commit metadata of a Kafka batch: the offset ranges it covers, for people and monitors. The
 # offsets ingestion resumes from are the txn actions below, part of the table state itself.

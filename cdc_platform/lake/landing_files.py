@@ -25,13 +25,13 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from cdc_platform.lake.tables import PARTITION_COLUMN, TABLE_PROPERTIES, exists
+from cdc_platform.lake.tables import PARTITION_COLUMN, RAW_ROW_GROUP_ROWS, TABLE_PROPERTIES, exists
 
 LANDING_KEY = "cdc.landing"
 _NAME = re.compile(r"(?:^|/)landing-(\d+)-(\d+)-[0-9a-f]{32}\.parquet$")
 # Statistics for pruning reads by coordinates; binary and nested columns get none.
 _STATS_TYPES = (pa.types.is_string, pa.types.is_integer)
-_ROW_GROUP = 64 * 1024
+_ROW_GROUP = RAW_ROW_GROUP_ROWS
 _ROW_GROUP_BYTES = 128 * 1024 * 1024  # a row group of long lines: fewer rows
 
 

@@ -52,6 +52,12 @@ DEFAULT_CONF = {
     # runs every 30 s has 2,880 files: 7.7 s to build its DataFrame that way, 0.55 s on the
     # driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # What Spark counts a file's opening as worth, in bytes read (default 4 MB). It is also the
+    # smallest split: a file under 8 MB was never split, so a micro-batch's raw file (2.7 MB for
+    # 100,000 Debezium events) was parsed by one task while the other core idled. At 128 KB it
+    # splits into one range per core (by row group, ``lake.RAW_ROW_GROUP_ROWS``); many small
+    # files still pack together.
+    "spark.sql.files.openCostInBytes": str(128 * 1024),
 }
 # SQL settings a session cannot change (the server's apply): a Connect client asking would get a
 # warning back.
