@@ -195,7 +195,7 @@ def merge_current(
     # At most the batch's rows: one newest row a key, and the rebuilt keys are the batch's own
     # unless change records were removed. Read from the log's statistics.
     bound = lake.row_count(cl_uri, new_files) if merging and removed is None else None
-    known, small, held = None, False, None
+    known, small, held, fresh = None, False, None, False
     try:
         if merging:
             # The files that may hold a key the batch touches (or a removed change record did):
@@ -206,6 +206,10 @@ def merge_current(
                 keys = history.touched_keys(touching, key).select("key.*")
                 known = lake.candidates(spark, cur_uri, keys, key)
             small = lake.broadcastable(bound, known.rows)
+            # No file may hold a key of the batch (new keys only: inserts, the usual live batch):
+            # the table has no row of them to read, weigh against or correct.
+            fresh = not known.files and removed is None
+        if merging and not fresh:
             # The table's rows of those keys, what every decision below reads of the table: read
             # once (the key, sequence and flag columns of the candidate files), at most the batch.
             held = lake.rows_of_keys(spark, cur_uri, keys, key, _HELD, known, small)
@@ -218,8 +222,9 @@ def merge_current(
             with phase("merge.live_effect"):
                 made_live, made_dead = _live_effect(newest, key, held, small)
         else:
-            # A new or rebuilt table: every live row it is written with is made live, counted by
-            # the write below. A new table's write keeps its rows itself (``upsert_newer``).
+            # A new or rebuilt table, or new keys only: every live row written is made live,
+            # counted by the write below. A new table's write keeps its rows itself
+            # (``upsert_newer``); so does a merge of new keys (the join with no file of the table).
             newest = apply.without_working_columns(newest)
             if full_refresh:
                 newest = newest.persist(PERSIST_LEVEL)
@@ -245,6 +250,8 @@ def merge_current(
             deleted += metrics["flagged_added"]
         if not merging:
             made_live, made_dead = live, 0
+        elif fresh:
+            made_live, made_dead = metrics["unflagged_added"], 0
     finally:
         newest.unpersist()
         if held is not None:
