@@ -107,15 +107,17 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
     bare = F.struct(*[F.col(f"_top.{f.name}").alias(f.name) for f in _ENVELOPE_FIELDS])
     env = F.when(F.col("_top.payload").isNotNull(), F.col("_top.payload")).otherwise(bare)
     key = F.from_json(F.col("key").cast("string"), _KEY)
+    # An expression, not a column: parsed only where read (a delete without a before image, and
+    # ``key_columns``, which only planning reads), not for every message of a write.
     key_image = F.coalesce(key.payload, F.from_json(F.col("key").cast("string"), C.IMAGE))
-    df = df.withColumn("_env", env).withColumn("_key", key_image)
+    df = df.withColumn("_env", env)
 
     e = F.col("_env")
     src = e.source
     ts_ms = F.coalesce(F.when(src.ts_ms.cast("long") > 0, src.ts_ms), e.ts_ms)
     op = e.op
     # A delete without a before image can still be applied when the Kafka key names the row.
-    before = F.when(op == C.DELETE, F.coalesce(e.before, F.col("_key"))).otherwise(e.before)
+    before = F.when(op == C.DELETE, F.coalesce(e.before, key_image)).otherwise(e.before)
     # Postgres sends unchanged TOASTed columns as a placeholder: drop them from the image, which
     # then only carries the other columns (the merge keeps the previous values).
     placeholder = options.get("unavailable.value.placeholder", PLACEHOLDER)
@@ -179,7 +181,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         F.coalesce(src.schema, src.namespace, e.schemaName).alias("schema"),
         src.table.alias("table"),
         F.when(is_hbase, F.array(F.lit("ROW")))
-        .when(F.col("_key").isNotNull(), F.map_keys(F.col("_key")))
+        .otherwise(F.map_keys(key_image))
         .alias("key_columns"),
         before.alias("before_image"),
         after.alias("after_image"),
@@ -194,7 +196,7 @@ def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
         .otherwise(F.lit(NAME))
         .alias("source_format"),
     )
-    return parsed.drop("_top", "_env", "_key")
+    return parsed.drop("_top", "_env")
 
 
 def column_specs(value_schema: str) -> dict[str, ColumnSpec]:
