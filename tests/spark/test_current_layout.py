@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, WriterProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
@@ -213,6 +213,29 @@ def _changes(spark, ids, op: str, seq: int):
     )
 
 
+def _created(spark, warehouse, ids) -> tuple[str, CommitProperties]:
+    """Table ``t`` of source ``s`` merged from creates of ``ids``: its change log's URI and the
+    properties its appends take."""
+    log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
+    props = lake.properties(lake.TableState(key=["id"], qualified="t"))
+    first = _changes(spark, ids, "c", 1)
+    lake.append(first, log, partition_by=[lake.PARTITION_COLUMN], props=props)
+    merge_current(spark, warehouse, "s", "t")
+    return log, props
+
+
+def _current_checks(spark, warehouse, merged) -> list[bool]:
+    """Whether the current table's suite and the merge's row balance pass, on what it wrote."""
+    balance = {"live_before": merged.live_before, "made_live": merged.made_live,
+               "made_dead": merged.made_dead, "truncated_live": merged.truncated_live,
+               "live_after": merged.rows}  # fmt: skip
+    source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])
+    runs = validations.validate_current(
+        spark, warehouse, source, "t", balance, merged.written, merged.merged_changes
+    )
+    return [run.success for run in runs]
+
+
 def test_a_merge_and_its_checks_read_only_the_files_that_may_hold_its_keys(
     spark, tmp_path, monkeypatch
 ):
@@ -221,11 +244,7 @@ def test_a_merge_and_its_checks_read_only_the_files_that_may_hold_its_keys(
     # reads, or lists, the whole table). Pruned at any size: a small table is read whole.
     monkeypatch.setattr(merge, "PRUNE_ABOVE_ROWS", 0)
     warehouse = tmp_path / "warehouse"
-    log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
-    props = lake.properties(lake.TableState(key=["id"], qualified="t"))
-    first = _changes(spark, range(20_000), "c", 1)
-    lake.append(first, log, partition_by=[lake.PARTITION_COLUMN], props=props)
-    merge_current(spark, warehouse, "s", "t")
+    log, props = _created(spark, warehouse, range(20_000))
     uri = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
     adds = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).sort_by("min.id")
     assert adds.num_rows > 3
@@ -235,14 +254,7 @@ def test_a_merge_and_its_checks_read_only_the_files_that_may_hold_its_keys(
     lake.append(batch, log, partition_by=[lake.PARTITION_COLUMN], props=props)
     merged = merge_current(spark, warehouse, "s", "t")
     assert (merged.updated, merged.inserted, merged.rows) == (10, 10, 20_010)
-    balance = {"live_before": merged.live_before, "made_live": merged.made_live,
-               "made_dead": merged.made_dead, "truncated_live": merged.truncated_live,
-               "live_after": merged.rows}  # fmt: skip
-    source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])
-    runs = validations.validate_current(
-        spark, warehouse, source, "t", balance, merged.written, merged.merged_changes
-    )
-    assert [run.success for run in runs] == [True, True]
+    assert _current_checks(spark, warehouse, merged) == [True, True]
 
 
 def test_a_batch_of_new_keys_reads_no_row_of_the_table(spark, tmp_path, monkeypatch):
@@ -251,12 +263,7 @@ def test_a_batch_of_new_keys_reads_no_row_of_the_table(spark, tmp_path, monkeypa
     # the table gone from disk it still merges, and its balance check passes.
     monkeypatch.setattr(merge, "PRUNE_ABOVE_ROWS", 0)
     warehouse = tmp_path / "warehouse"
-    log = lake.TableRef(lake.CHANGELOG, "s", "t").uri(warehouse)
-    props = lake.properties(lake.TableState(key=["id"], qualified="t"))
-    lake.append(
-        _changes(spark, range(1000), "c", 1), log, partition_by=[lake.PARTITION_COLUMN], props=props
-    )
-    merge_current(spark, warehouse, "s", "t")
+    log, props = _created(spark, warehouse, range(1000))
     uri = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
     for path in DeltaTable(uri).get_add_actions(flatten=True).column("path").to_pylist():
         (Path(uri) / path).unlink()
@@ -273,14 +280,7 @@ def test_a_batch_of_new_keys_reads_no_row_of_the_table(spark, tmp_path, monkeypa
     rows = {(r["id"], r["v"], r["__deleted"]) for r in written.collect()}
     live = {(i, "2", False) for i in range(1000, 1010) if i != 1005}
     assert rows == live | {(1005, None, True), (1010, None, True)}  # tombstones
-    balance = {"live_before": merged.live_before, "made_live": merged.made_live,
-               "made_dead": merged.made_dead, "truncated_live": merged.truncated_live,
-               "live_after": merged.rows}  # fmt: skip
-    source = SourceConfig(name="s", format="debezium", tables=[TableConfig(name="t")])
-    runs = validations.validate_current(
-        spark, warehouse, source, "t", balance, merged.written, merged.merged_changes
-    )
-    assert [run.success for run in runs] == [True, True]
+    assert _current_checks(spark, warehouse, merged) == [True, True]
 
 
 def test_small_files_are_folded_into_a_rewrite_once_they_are_many(spark, tmp_path, monkeypatch):
