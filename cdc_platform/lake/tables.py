@@ -42,8 +42,8 @@ STATE_KEY = "cdc.state"
 # checkpoint. 10 is Delta Lake's own default.
 TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
 # Rows per row group of a raw data file. Spark splits a file into tasks by row group, and a
-# micro-batch's raw is one file of a few MB: at 64Ki rows a batch of 100,000 records was parsed
-# by one task of two (the second row group's) or one task alone, leaving a core idle.
+# micro-batch's raw is one file of a few MB: at 64Ki rows a batch of 100,000 records had two
+# row groups of unequal size, so at best one task read two thirds of it while a core idled.
 RAW_ROW_GROUP_ROWS = 16 * 1024
 # The column ``read(..., with_file=True)`` adds: the data file each row comes from.
 FILE_COLUMN = "__file"
