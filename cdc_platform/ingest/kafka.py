@@ -46,7 +46,7 @@ from confluent_kafka import (
 
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
-from cdc_platform.ingest.landing import RAW_SCHEMA
+from cdc_platform.ingest.landing import RAW_SCHEMA, raw_batch
 from cdc_platform.timings import phase
 
 log = logging.getLogger(__name__)
@@ -326,10 +326,7 @@ class _Batch:
             .cast(RAW_SCHEMA.field("timestamp").type),
             "ingest_date": pa.array([dt.date.fromisoformat(ingest_date)] * n, pa.date32()),
         }
-        return pa.table(
-            {f.name: arrays.get(f.name, pa.nulls(n, f.type)) for f in RAW_SCHEMA},
-            schema=RAW_SCHEMA,
-        )
+        return pa.Table.from_batches([raw_batch(arrays, n)])
 
 
 def _headers(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.ListType) -> pa.Array:

@@ -195,7 +195,8 @@ def _values(chunk: np.ndarray, starts: np.ndarray, ends: np.ndarray, every: bool
     )
 
 
-def _batch(columns: dict[str, pa.Array], count: int) -> pa.RecordBatch:
+def raw_batch(columns: dict[str, pa.Array], count: int) -> pa.RecordBatch:
+    """``count`` raw rows (``RAW_SCHEMA``) of ``columns`` (name -> array); the others null."""
     return pa.RecordBatch.from_arrays(
         [columns.get(f.name, pa.nulls(count, f.type)) for f in RAW_SCHEMA], schema=RAW_SCHEMA
     )
@@ -228,7 +229,7 @@ def read_batches(
                 yield _envelopes(texts, numbers[at : at + _ENVELOPE_ROWS], date, topic, file)
         elif len(numbers):
             count = len(numbers)
-            yield _batch(
+            yield raw_batch(
                 {
                     "ingest_date": pa.repeat(date, count),
                     "topic": pa.repeat(pa.scalar(topic, pa.string()), count),
@@ -257,7 +258,7 @@ def _envelopes(
         file=pa.repeat(file, count),
         line=pa.array(numbers, pa.int64()),
     )
-    return _batch(arrays, count)
+    return raw_batch(arrays, count)
 
 
 def read_file(path: Path, ingest_date: str, topic: str, name: str | None = None) -> pa.Table:

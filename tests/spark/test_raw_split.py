@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
-from cdc_platform.ingest.landing import RAW_SCHEMA
+from cdc_platform.ingest.landing import RAW_SCHEMA, raw_batch
 from cdc_platform.steps.raw import ingest_landing
 
 pytestmark = pytest.mark.spark
@@ -55,8 +55,6 @@ def test_a_kafka_batch_is_read_by_a_task_per_core(spark, tmp_path):
         "offset": pa.array(range(RECORDS), pa.int64()),
         "value": pa.array([_value(i).encode() for i in range(RECORDS)], pa.binary()),
     }
-    batch = pa.table(
-        [columns.get(f.name, pa.nulls(RECORDS, f.type)) for f in RAW_SCHEMA], schema=RAW_SCHEMA
-    )
+    batch = pa.Table.from_batches([raw_batch(columns, RECORDS)])
     lake.append_kafka_batch(uri, batch, version, {("t", 0): RECORDS}, {"records": RECORDS})
     assert _shared(_rows_per_task(spark, uri))
