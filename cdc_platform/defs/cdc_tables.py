@@ -151,10 +151,17 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
             written = outputs.changelog(lake.warehouse_path, source, tables, result, new_tables)
             yield from (output.result(context) for output in written)
             session, dates = spark.spark_session, context.partition_keys
-            with phase("checks"):
-                validated = quality.validate_changelogs(
+            validated: list[quality.Validated] = []
+            with (
+                quality.reconciling(
+                    session, lake.warehouse_path, source, dates, result.written, validated
+                ),
+                phase("checks"),
+            ):
+                validated += quality.validate_changelogs(
                     session, lake.warehouse_path, source, tables, dates, result.written
                 )
+            with phase("checks"):
                 yield from quality.check_results(
                     context, validated, lake.warehouse_path, source, tables
                 )

@@ -245,10 +245,25 @@ class MicroBatches:
             self.context.log.warning(outputs.routed_without_assets_warning(new_tables))
         for output in outputs.changelog(warehouse, source, self.tables, result, new_tables):
             yield from output.materializations(dates)
+        label = f"{quality.batch_label(dates, True)} (continuous)"
+        with quality.reconciling(
+            session, warehouse, source, dates, result.written, validated, label
+        ):
+            yield from self._checked_merges(result.written, dates, label, validated)
+
+    def _checked_merges(
+        self,
+        written: dict[str, list[str]],
+        dates: list[str],
+        label: str,
+        validated: list[quality.Validated],
+    ) -> Iterator[dg.AssetMaterialization]:
+        """The change logs' checks, then each table's current and history unless its change log
+        failed a blocking check."""
+        warehouse, source, session = self.lake.warehouse_path, self.source, self.spark_session
         with phase("checks"):
-            label = f"{quality.batch_label(dates, True)} (continuous)"
             changelogs = quality.validate_changelogs(
-                session, warehouse, source, self.tables, dates, result.written, label
+                session, warehouse, source, self.tables, dates, written, label
             )
         validated += changelogs
         blocked = quality.blocked(changelogs)

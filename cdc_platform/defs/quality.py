@@ -3,9 +3,16 @@
 the current and history merges downstream in the same run, and their automation condition waits
 for them to pass (``automation.py``).
 
+The reconciliation blocks nothing, so it is validated in a thread of its own (``reconciling``)
+beside the change-log checks and, in a continuous micro-batch, the merges: its Spark work and
+its GX fill the time they leave idle.
+
 Builders only; ``cdc_tables.py`` passes the specs to its assets and yields the results.
 """
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,12 +163,11 @@ def validate_changelogs(
     written: dict[str, list[str]] | None = None,
     batch: str | None = None,
 ) -> list[Validated]:
-    """Validate the change-log partitions ``dates`` of every table and reconcile the source; or,
-    for an incremental run, just what it wrote (``written``: table -> the data files it added),
-    so a check costs what the run wrote, not the day. ``batch``: how the checks name the batch
-    (default: ``dates``)."""
+    """Validate the change-log partitions ``dates`` of every table; or, for an incremental run,
+    just what it wrote (``written``: table -> the data files it added), so a check costs what the
+    run wrote, not the day. ``batch``: how the checks name the batch (default: ``dates``)."""
     batch = batch or batch_label(dates, written is not None)
-    out = [
+    return [
         Validated(
             asset_key(CHANGELOG, source.name, t.name),
             suites.CHANGELOG,
@@ -170,9 +176,44 @@ def validate_changelogs(
         )
         for t in tables
     ]
-    run = validations.validate_reconciliation(spark, warehouse, source, dates, written)
-    out.append(Validated(asset_key(QUARANTINE, source.name), suites.RECONCILIATION, run, batch))
-    return out
+
+
+# One thread for the process, so that its snapshots of the tables (``lake.snapshot`` keeps them
+# per thread) are kept from one micro-batch to the next.
+_BESIDE = ThreadPoolExecutor(1, thread_name_prefix="reconciliation")
+
+
+@contextmanager
+def reconciling(
+    spark: SparkSession,
+    warehouse: Path,
+    source: SourceConfig,
+    dates: list[str],
+    written: dict[str, list[str]] | None,
+    into: list[Validated],
+    batch: str | None = None,
+) -> Iterator[None]:
+    """Reconcile the source (as ``validate_changelogs`` validates its tables) in a thread while
+    the block runs, and add the validation to ``into`` when the block ends. When the block
+    fails, its error is the one raised, and the reconciliation is added if it succeeded."""
+    batch = batch or batch_label(dates, written is not None)
+    key = asset_key(QUARANTINE, source.name)
+    future = _BESIDE.submit(
+        validations.validate_reconciliation, spark, warehouse, source, dates, written
+    )
+
+    def add() -> None:
+        into.append(Validated(key, suites.RECONCILIATION, future.result(), batch))
+
+    try:
+        yield
+    except BaseException:
+        with phase("checks"):
+            if future.exception() is None:
+                add()
+        raise
+    with phase("checks"):
+        add()
 
 
 def validate_current(

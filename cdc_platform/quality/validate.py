@@ -5,11 +5,13 @@ warehouse), with a Spark and a pandas datasource. Which one runs a frame is meas
 guessed: GX asks the Spark datasource one query per metric (about 0.2 s each, 2-6 s for the
 change-log suite even on ten rows), the pandas one answers in milliseconds, so a frame of at most
 ``PANDAS_MAX_ROWS`` rows is collected (Arrow) and validated with pandas, a bigger one stays in
-Spark (cached while the suite runs).
+Spark (cached while the suite runs). A frame may be built in any thread; GX validates one at a
+time (``_GX``): the context and its datasources are the process's.
 """
 
 import datetime as dt
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,6 +30,7 @@ from cdc_platform.timings import phase
 # collecting this many rows before it goes to Spark.
 PANDAS_MAX_ROWS = 1_000_000
 SAMPLE_ROWS = 10
+_GX = threading.Lock()
 
 
 @dataclass
@@ -182,11 +185,11 @@ def validate(
     try:
         from great_expectations.core.run_identifier import RunIdentifier
 
-        expectations = gx_suite(suite, name, key)
         # Batch.validate, not a ValidationDefinition: that one would add the suite and itself
         # to the context's stores, check both are fresh, and keep each result in memory for
         # the life of the process. The Data Docs store the results (``docs.publish``).
-        with phase(f"checks/gx_{engine}"):
+        with _GX, phase(f"checks/gx_{engine}"):
+            expectations = gx_suite(suite, name, key)
             result = _batch(engine, data).validate(
                 expectations,
                 expectation_parameters={

@@ -1,12 +1,15 @@
 """Suite by suite: each rule fails on a table built to violate it and passes on a clean one."""
 
 import datetime as dt
+import threading
 
 import pyarrow as pa
 import pytest
 
 from cdc_platform import lake
 from cdc_platform.catalog import QualityConfig, SourceConfig, TableConfig
+from cdc_platform.defs import quality
+from cdc_platform.defs.keys import asset_key
 from cdc_platform.quality import frames, suites, validations
 from cdc_platform.quality.validate import validate
 from tests.quality.builders import DATE, change, coordinates, write, write_changelog
@@ -151,3 +154,23 @@ def test_reconciliation_finds_a_raw_message_in_no_output(spark, warehouse):
     write(spark, warehouse, lake.CONTROL, "r", None, coordinates([5]))
     run = validations.validate_reconciliation(spark, warehouse, source, [DATE])
     assert run.success and run.rule("raw_messages_accounted").checked == 5
+
+
+def test_the_reconciliation_runs_in_a_thread_beside_a_block_even_one_that_fails(spark, warehouse):
+    source = SourceConfig(name="beside")
+    write(spark, warehouse, lake.RAW, "beside", None, coordinates([1, 2]))
+    write(spark, warehouse, lake.CHANGELOG, "beside", "a", coordinates([1]))
+    validated: list[quality.Validated] = []
+    with quality.reconciling(spark, warehouse, source, [DATE], None, validated):
+        assert any(t.name.startswith("reconciliation") for t in threading.enumerate())
+    [done] = validated
+    assert done.key == asset_key(lake.QUARANTINE, "beside") and done.layer == suites.RECONCILIATION
+    assert done.run.rule("raw_messages_accounted").unexpected == 1  # message 2
+    # A block that fails raises its own error, and the reconciliation is still reported.
+    validated.clear()
+    with (
+        pytest.raises(RuntimeError, match="the merge failed"),
+        quality.reconciling(spark, warehouse, source, [DATE], None, validated),
+    ):
+        raise RuntimeError("the merge failed")
+    assert [v.run.rule("raw_messages_accounted").unexpected for v in validated] == [1]
