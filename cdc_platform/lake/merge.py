@@ -16,8 +16,10 @@ rewritten in the task that read it, with no shuffle of the table.
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -60,6 +62,10 @@ BROADCAST_ROWS = 200_000
 # ...when the files that may hold its keys have more rows than this: fewer are shuffled at less
 # cost than the by-file merge's extra Spark jobs (a broadcast each).
 BY_FILE_ABOVE_ROWS = 100_000
+# Files whose key range meets a batch's (from the change log's statistics) and hold at most this
+# many rows are read without matching each key to them: a Spark job (0.3 s) costs more than
+# reading the key columns of a file or two that hold none of the keys.
+SPAN_ROWS = 2 * C.ROWS_PER_FILE
 # A table of at most this many rows is read whole: pruning its files by their key ranges would
 # cost a Spark job, more than reading them (a small micro-batch's merge runs a few dozen jobs).
 PRUNE_ABOVE_ROWS = 100_000
@@ -97,10 +103,20 @@ def one_file_a_task(spark: SparkSession) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
-def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column: str) -> list[str]:
+def candidate_files(
+    spark: SparkSession,
+    dt: DeltaTable,
+    keys: DataFrame,
+    column: str,
+    span: tuple[Any, Any] | None = None,
+) -> list[str]:
     """Files (paths relative to the table) that may hold a row whose ``column`` is one of
     ``keys``' values (null-safe): those whose [min, max] holds one, those holding nulls in it,
-    and those without statistics; every file of a table of at most ``PRUNE_ABOVE_ROWS`` rows."""
+    and those without statistics; every file of a table of at most ``PRUNE_ABOVE_ROWS`` rows.
+
+    ``span``: the least and greatest of those values, when known (``lake.key_span``): only the
+    files whose [min, max] meets it are looked at, and when they hold at most ``SPAN_ROWS`` rows
+    they are taken as they are, without the Spark job that matches each key to the files."""
     actions = add_actions(dt)
     if actions.num_rows == 0:
         return []
@@ -109,9 +125,17 @@ def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column
     low, high, nulls = f"min.{column}", f"max.{column}", f"null_count.{column}"
     if not {low, high, nulls} <= set(actions.column_names):
         return actions["path"].to_pylist()
-    bounds = actions.select(["path", low, high, nulls]).rename_columns(["path", "lo", "hi", "n"])
+    bounds = actions.select(["path", low, high, nulls, "num_records"]).rename_columns(
+        ["path", "lo", "hi", "n", "rows"]
+    )
     always = [r["path"] for r in bounds.to_pylist() if r["lo"] is None or r["hi"] is None or r["n"]]
-    known = bounds.filter(bounds["lo"].is_valid()).select(["path", "lo", "hi"])
+    known = bounds.filter(bounds["lo"].is_valid())
+    meets = _meeting(known, span) if span is not None else None
+    if meets is not None:
+        known = known.filter(pa.array(meets, pa.bool_()))
+        if (pc.sum(known["rows"]).as_py() or 0) <= SPAN_ROWS:
+            return sorted({*known["path"].to_pylist(), *always})
+    known = known.select(["path", "lo", "hi"])
     if known.num_rows == 0:
         return always
     ranges = spark.createDataFrame(known)
@@ -119,6 +143,20 @@ def candidate_files(spark: SparkSession, dt: DeltaTable, keys: DataFrame, column
     hit = k.join(F.broadcast(ranges), (F.col("__k") >= F.col("lo")) & (F.col("__k") <= F.col("hi")))
     found = {r["path"] for r in hit.select("path").distinct().collect()}
     return sorted(found | set(always))
+
+
+def _meeting(bounds: pa.Table, span: tuple[Any, Any]) -> list[bool] | None:
+    """For each file of ``bounds`` (``lo``, ``hi``), whether its [min, max] meets ``span``; None
+    when the two do not compare (bounds of another type than the keys', such as after a change
+    of the column's type)."""
+    first, last = span
+    try:
+        return [
+            lo <= last and first <= hi
+            for lo, hi in zip(bounds["lo"].to_pylist(), bounds["hi"].to_pylist(), strict=True)
+        ]
+    except TypeError:
+        return None
 
 
 def _retrying(run):
@@ -145,9 +183,16 @@ class Candidates:
     rows: int
 
 
-def candidates(spark: SparkSession, uri: str, keys: DataFrame, key: list[str]) -> Candidates:
+def candidates(
+    spark: SparkSession,
+    uri: str,
+    keys: DataFrame,
+    key: list[str],
+    span: tuple[Any, Any] | None = None,
+) -> Candidates:
+    """``span``: see ``candidate_files``."""
     dt = DeltaTable(uri)
-    files = candidate_files(spark, dt, keys, key[0])
+    files = candidate_files(spark, dt, keys, key[0], span)
     sizes = add_actions(dt).select(["path", "num_records"]).to_pylist()
     wanted = set(files)
     rows = sum(a["num_records"] or 0 for a in sizes if a["path"] in wanted)

@@ -385,6 +385,35 @@ def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[A
     return pc.min(actions[low]).as_py(), pc.max(actions[high]).as_py()
 
 
+def key_span(uri: str, files: list[str], column: str) -> tuple[Any, Any] | None:
+    """The smallest and largest value of key column ``column`` that change-log ``files`` (as
+    ``files`` names them) touch: in ``key``, and in ``before`` (a key change moves away from the
+    before image's key), from their statistics (no data read). None when a file has values of
+    one of them without bounds, or none of them has a value."""
+    if not files:
+        return None
+    actions = add_actions(snapshot(uri))
+    wanted = {local_path(f) for f in files}
+    paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
+    chosen = actions.filter(pa.array([p in wanted for p in paths], pa.bool_()))
+    if chosen.num_rows < len(wanted):
+        return None
+    rows = chosen["num_records"].to_pylist()
+    lows, highs = [], []
+    for field in (f"key.{column}", f"before.{column}"):
+        names = [f"min.{field}", f"max.{field}", f"null_count.{field}"]
+        if not set(names) <= set(chosen.column_names):
+            return None
+        for n, lo, hi, nulls in zip(rows, *(chosen[c].to_pylist() for c in names), strict=True):
+            if nulls is not None and nulls == n:
+                continue  # no value of it in this file
+            if lo is None or hi is None:
+                return None
+            lows.append(lo)
+            highs.append(hi)
+    return (min(lows), max(highs)) if lows else None
+
+
 def may_hold_nulls(uri: str, column: str, files: list[str] | None = None) -> bool:
     """Whether a data file of the snapshot (or of ``files``, as ``files`` names them) may hold
     a null in ``column`` (``a.b``: field ``b`` of struct ``a``): False only when every one's

@@ -204,7 +204,8 @@ def merge_current(
             with phase("merge.candidate_files"):
                 touching = batch if removed is None else batch.unionByName(removed)
                 keys = history.touched_keys(touching, key).select("key.*")
-                known = lake.candidates(spark, cur_uri, keys, key)
+                span = lake.key_span(cl_uri, [*new_files, *(removed_files or [])], key[0])
+                known = lake.candidates(spark, cur_uri, keys, key, span)
             small = lake.broadcastable(bound, known.rows)
             # No file may hold a key of the batch (new keys only: inserts, the usual live batch):
             # the table has no row of them to read, weigh against or correct.

@@ -114,7 +114,8 @@ def _update(
     # key range may hold one are read, so a run costs what its batch touches, not the history.
     columns = [c for c in lake.arrow_schema(h_uri).names if c not in key]
     keys = affected.select("key.*")
-    known = lake.candidates(spark, h_uri, keys, key)
+    span = lake.key_span(cl_uri, changes.added_files, key[0]) if gone is None else None
+    known = lake.candidates(spark, h_uri, keys, key, span)
     few = lake.row_count(cl_uri, changes.added_files) <= lake.BROADCAST_ROWS and gone is None
     old = lake.rows_of_keys(spark, h_uri, keys, key, columns, known, few)
     if lake.version(h_uri) != known.version:

@@ -8,7 +8,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    WriterProperties,
+    write_deltalake,
+)
 from pyspark.sql import functions as F
 
 from cdc_platform import lake
@@ -255,6 +261,53 @@ def test_a_merge_and_its_checks_read_only_the_files_that_may_hold_its_keys(
     merged = merge_current(spark, warehouse, "s", "t")
     assert (merged.updated, merged.inserted, merged.rows) == (10, 10, 20_010)
     assert _current_checks(spark, warehouse, merged) == [True, True]
+
+
+@pytest.mark.parametrize("span_rows", [0, None], ids=["keys matched", "key range taken"])
+def test_a_key_change_rewrites_the_file_of_the_key_it_moves_away_from(
+    spark, tmp_path, monkeypatch, span_rows
+):
+    # The files a merge reads are found from the keys its batch touches: the key of each change
+    # and, for a key change, the key it leaves (its before image's). Both ways of finding them:
+    # each key matched to the files' ranges by a Spark job, or every file meeting the range of
+    # the change log's key statistics taken as it is (a batch within a file or two).
+    monkeypatch.setattr(merge, "PRUNE_ABOVE_ROWS", 0)
+    if span_rows is not None:
+        monkeypatch.setattr(merge, "SPAN_ROWS", span_rows)
+    warehouse = tmp_path / "warehouse"
+    log, props = _created(spark, warehouse, range(20_000))
+    uri = lake.TableRef(lake.CURRENT, "s", "t").uri(warehouse)
+    moved = _changes(spark, [30_000], "u", 2).withColumn(
+        "before", F.struct(F.lit(5).cast("bigint").alias("id"), F.lit("1").alias("v"))
+    )
+    lake.append(moved, log, partition_by=[lake.PARTITION_COLUMN], props=props)
+    added = lake.files_added_since(log, lake.state(uri).changelog_version)
+    assert lake.key_span(log, added, "id") == (5, 30_000)
+
+    merged = merge_current(spark, warehouse, "s", "t")
+    rows = {r["id"]: (r["v"], r["__deleted"]) for r in lake.read(spark, uri).collect()}
+    assert (rows[5], rows[30_000]) == ((None, True), ("2", False))
+    assert (merged.rows, merged.made_live, merged.made_dead) == (20_000, 1, 1)
+    assert _current_checks(spark, warehouse, merged) == [True, True]
+
+
+def test_key_span_is_none_when_a_file_has_keys_without_bounds(spark, tmp_path):
+    warehouse = tmp_path / "warehouse"
+    log, props = _created(spark, warehouse, range(10))
+    first = lake.files(log)
+    assert lake.key_span(log, first, "id") == (0, 9)  # the inserts' before images are null
+    assert lake.key_span(log, [], "id") is None
+    # A file whose statistics give no bounds (as a writer without statistics leaves it).
+    write_deltalake(
+        log,
+        _changes(spark, [20], "c", 2).toArrow(),
+        mode="append",
+        partition_by=[lake.PARTITION_COLUMN],
+        writer_properties=WriterProperties(
+            default_column_properties=ColumnProperties(statistics_enabled="NONE")
+        ),
+    )
+    assert lake.key_span(log, lake.files(log), "id") is None
 
 
 def test_a_batch_of_new_keys_reads_no_row_of_the_table(spark, tmp_path, monkeypatch):
