@@ -18,6 +18,11 @@ PARTIAL_COL = "__columns"
 # event carrying each non-key column, and of the newest full image (or delete) of the key.
 _CARRIED = "__carried_at"
 _FULL = "__full_at"
+# What ``relative_to`` keeps of the table's row of each key (``held``), both null when the table
+# holds none: its sequence, and whether it is live. The merge's live-row balance reads them.
+HELD_SEQ = "__held_seq"
+HELD_LIVE = "__held_live"
+HELD = (HELD_SEQ, HELD_LIVE)
 
 
 def latest_truncate(changelog: DataFrame) -> str | None:
@@ -109,7 +114,7 @@ def latest_per_key(
 
 
 def relative_to(
-    newest: DataFrame, current: DataFrame | None, key: list[str], small: bool = False
+    newest: DataFrame, current: DataFrame, key: list[str], small: bool = False
 ) -> DataFrame:
     """``latest_per_key``'s rows, each with ``__columns`` set to what it may change in the
     current table: everything (null) when the batch has a full image (or delete) newer than
@@ -117,13 +122,12 @@ def relative_to(
     batch's older full image must not overwrite what a newer current row holds, even when a
     newer partial image follows it (TOAST, SharePlex, ignored nulls). Keys not in ``current``
     keep the batch's own ``__columns``. ``current``: the table's rows of the batch's keys
-    (``lake.rows_of_keys``); ``small``: they are few enough to be broadcast."""
-    if current is None:
-        return without_working_columns(newest)
-    target = current.select(*key, F.col(C.SEQUENCE_COL).alias("__target_at"))
+    (``lake.rows_of_keys``); ``small``: they are few enough to be broadcast. Each row keeps
+    its key's row in ``current`` (``held``)."""
+    target = held(current, key)
     if small:
         target = F.broadcast(target)
-    at = F.col("__target_at")
+    at = F.col(HELD_SEQ)
     carried = newest.schema[_CARRIED].dataType
     values = [f.name for f in carried.fields] if hasattr(carried, "fields") else []
     newer = F.array_compact(
@@ -138,7 +142,16 @@ def relative_to(
         .otherwise(newer)
     )
     return without_working_columns(
-        newest.join(target, key, "left").withColumn(PARTIAL_COL, columns).drop("__target_at")
+        newest.join(target, key, "left").withColumn(PARTIAL_COL, columns)
+    )
+
+
+def held(current: DataFrame, key: list[str]) -> DataFrame:
+    """The ``HELD`` columns of the table's rows ``current``, by key (to join ``left``)."""
+    return current.select(
+        *key,
+        F.col(C.SEQUENCE_COL).alias(HELD_SEQ),
+        (~F.col(C.DELETED_COL)).alias(HELD_LIVE),
     )
 
 

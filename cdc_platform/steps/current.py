@@ -69,7 +69,8 @@ def _rebuild_keys(
     - keys of change records a reprocessed partition no longer holds (``removed``): their effect
       must go. A key with no change left is deleted from the table (``DROP``).
 
-    ``current``: the current table's rows of the batch's keys (``lake.rows_of_keys``)."""
+    ``current``: the current table's rows of the batch's keys (``lake.rows_of_keys``); every
+    row returned keeps its key's row there (``apply.HELD``)."""
     wanted = []
     fragile = None
     if C.PARTIAL_NEWEST_COL in current.columns:
@@ -100,11 +101,13 @@ def _rebuild_keys(
             ]
         )
         untouched = newest.join(touched, key, "left_anti")
-        return (
-            untouched.withColumns({lake.REBUILT: F.lit(False), lake.DROP: F.lit(False)})
-            .unionByName(rebuilt.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(False)}))
-            .unionByName(gone.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(True)}))
+        replaced = rebuilt.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(False)})
+        replaced = replaced.unionByName(
+            gone.withColumns({lake.REBUILT: F.lit(True), lake.DROP: F.lit(True)})
         )
+        return untouched.withColumns(
+            {lake.REBUILT: F.lit(False), lake.DROP: F.lit(False)}
+        ).unionByName(replaced.join(apply.held(current, key), key, "left"))
     finally:
         touched.unpersist()
 
@@ -221,7 +224,7 @@ def merge_current(
             )
             newest = newest.persist(PERSIST_LEVEL)
             with phase("merge.live_effect"):
-                made_live, made_dead = _live_effect(newest, key, held, small)
+                made_live, made_dead = _live_effect(newest)
         else:
             # A new or rebuilt table, or new keys only: every live row written is made live,
             # counted by the write below. A new table's write keeps its rows itself
@@ -244,7 +247,8 @@ def merge_current(
 
             with phase("merge.upsert"):
                 metrics = lake.upsert_newer(
-                    spark, cur_uri, newest, key, C.SEQUENCE_COL, apply.PARTIAL_COL, counted,
+                    spark, cur_uri, newest.drop(*apply.HELD), key, C.SEQUENCE_COL,
+                    apply.PARTIAL_COL, counted,
                     C.DELETED_COL, known, bound, held, pin,
                 )  # fmt: skip
             live += metrics["unflagged_added"]
@@ -305,40 +309,24 @@ def _truncates_gone(removed: DataFrame | None, added: DataFrame) -> bool:
     ).isEmpty()
 
 
-def _live_effect(
-    newest: DataFrame, key: list[str], held: DataFrame | None, small: bool = False
-) -> tuple[int, int]:
+def _live_effect(newest: DataFrame) -> tuple[int, int]:
     """(keys the batch makes live that were not, keys it deletes that were live), computed apart
     from the MERGE by the same rule (a newer sequence or a rebuilt key wins), so the quality
     check comparing the balance with the table tests the merge.
 
-    Every live newest row counts as made live, as if its key were new; each key the table holds
-    corrects that from its row there (``held``: the table's rows of the batch's keys; None for a
-    new or rebuilt table). The newest rows are broadcast when ``small``."""
-    deleted = F.col(C.DELETED_COL)
-    if held is None:  # a new or rebuilt table: every live newest row is one more
-        return newest.where(~deleted).count(), 0
-    before = held.select(
-        *key,
-        F.col(C.SEQUENCE_COL).alias("__was_seq"),
-        (~F.col(C.DELETED_COL)).alias("__was_live"),
-    )
-    rebuilt = F.col(lake.REBUILT) if lake.REBUILT in newest.columns else F.lit(False)
-    mine = newest.select(*key, C.SEQUENCE_COL, C.DELETED_COL, rebuilt.alias("__rebuilt"))
-    pairs = before.join(F.broadcast(mine) if small else mine, key)
-    was = F.col("__was_live")
-    applies = (
-        F.col("__was_seq").isNull()
-        | (F.col(C.SEQUENCE_COL) > F.col("__was_seq"))
-        | F.col("__rebuilt")
-    )
+    ``newest``: the rows to merge, each with its key's row in the table (``apply.HELD``, from
+    ``relative_to`` or the rebuild): a key the table does not hold is made live by a live row;
+    one it holds changes as the merge changes it."""
+    deleted, rebuilt = F.col(C.DELETED_COL), F.col(lake.REBUILT)
+    was, was_at = F.col(apply.HELD_LIVE), F.col(apply.HELD_SEQ)
+    applies = was_at.isNull() | (F.col(C.SEQUENCE_COL) > was_at)
+    if lake.REBUILT in newest.columns:
+        applies = applies | rebuilt
     now = F.when(applies, ~deleted).otherwise(was)
-    as_new = mine.select((~deleted).cast("int").alias("live"), F.lit(0).alias("dead"))
-    corrections = pairs.select(
-        ((now & ~was).cast("int") - (~deleted).cast("int")).alias("live"),
-        (~now & was).cast("int").alias("dead"),
-    )
-    row = as_new.unionByName(corrections).agg(F.sum("live"), F.sum("dead")).first()
+    held = was.isNotNull()
+    live = F.when(held, now & ~was).otherwise(~deleted)
+    dead = held & ~now & was
+    row = newest.agg(F.count_if(live), F.count_if(dead)).first()
     return int(row[0] or 0), int(row[1] or 0)
 
 
