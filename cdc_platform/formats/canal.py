@@ -60,7 +60,7 @@ _BINARY_TYPE = r"^\s*((tiny|medium|long)?blob|(var)?binary)\b"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("data", 0), ("old", 0), ("mysqlType",))
 TOKEN_PATHS = ()  # values are text (mysqlType types them)
-CLAIM_PATHS = ()  # the claim reads top-level keys only
+CLAIM_PATHS: dict[str, str] = {}  # the claim reads top-level keys only
 _TEMP = (J.VARIANT, "_mysql_type", "_type", "_object", "_new", "_prev", "_sql",
          "_is_ddl", "_table", "_kind", "_reason", "_truncate", "_database", "_pk", "_ms", "_gtid",
          "_rows", "_pos", "_row")  # fmt: skip

@@ -42,9 +42,11 @@ class Format(Parser, Protocol):
     # token types, newest image first, for ``infer_types`` on messages without a schema.
     # (): the format writes values as text (Canal) or has no JSON images.
     TOKEN_PATHS: tuple[str, ...]
-    # JSON paths (``$.payload.op``) of the nested fields ``claims`` reads from ``probe``: detection
-    # parses every format's out of a message in one pass. (): the claim reads top-level keys only.
-    CLAIM_PATHS: tuple[str, ...]
+    # JSON paths (``$.payload.op``) of the nested fields ``claims`` reads from ``probe``, each with
+    # what it tests of the field (``json_records.PRESENT``, ``FIRST`` or ``TEXT``), which is all
+    # the probe keeps of it: detection parses every format's out of a message in one pass. {}:
+    # the claim reads top-level keys only.
+    CLAIM_PATHS: dict[str, str]
 
     def column_specs(self, value_schema: str) -> dict[str, ColumnSpec]:
         """Column types from the format's own schema text (a record's ``value_schema``), read on
@@ -56,5 +58,6 @@ class Format(Parser, Protocol):
         format's messages (two claimants quarantine it as ambiguous). ``keys``: the message's
         top-level JSON keys, null when it is not a JSON object; ``value``: its text; ``probe``:
         the fields at every format's ``CLAIM_PATHS`` (``json_records.probe``), read with
-        ``json_records.probed``."""
+        ``json_records.probed``. A JSON object is claimed by its keys and probe alone: detection
+        evaluates the claims once for each distinct pair of a batch, with ``value`` null."""
         ...

@@ -38,7 +38,7 @@ NAME = "datahub-tuple"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()  # typed by the table schema
-CLAIM_PATHS = ()  # the claim reads top-level keys only
+CLAIM_PATHS: dict[str, str] = {}  # the claim reads top-level keys only
 
 SEQUENCE_ID = "_sequence_id_"
 OPERATION = "_operation_type_"

@@ -47,7 +47,11 @@ NAME = "dataworks"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()  # typed by dataColumn
-CLAIM_PATHS = ("$.payload.sequenceId", "$.schema.dataColumn", "$.payload.op")
+CLAIM_PATHS = {
+    "$.payload.sequenceId": J.PRESENT,
+    "$.schema.dataColumn": J.PRESENT,
+    "$.payload.op": J.TEXT,
+}
 
 _S = T.StringType()
 _IMAGE = T.StructType([T.StructField("dataColumn", C.IMAGE)])

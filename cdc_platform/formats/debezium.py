@@ -27,7 +27,7 @@ OPTIONS: Options = {
 PLACEHOLDER = "__debezium_unavailable_value"
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ("$.payload.after", "$.after", "$.payload.before", "$.before")
-CLAIM_PATHS = ("$.payload.op", "$.payload.ddl", "$.payload.status")
+CLAIM_PATHS = {"$.payload.op": J.TEXT, "$.payload.ddl": J.FIRST, "$.payload.status": J.PRESENT}
 
 _S = T.StringType()
 _SOURCE = T.StructType(

@@ -5,10 +5,12 @@ JSON keys, null when it is not a JSON object). Exactly one claimant parses the m
 no format claims, or that several claim, is quarantined with that reason. A Kafka tombstone
 (null value) belongs to no format: it is a control record.
 
-What it costs: a first pass over the values only names each message's claimants and collects
-the names found. It parses a message at most twice: for its top-level keys, and for the nested
-fields the claims read (every format's ``CLAIM_PATHS`` at once, only in messages with one of
-their top-level keys). Then each format found parses its own messages and nothing else: where
+What it costs: a first pass over the values only names the claimants found. It parses a
+message at most twice: for its top-level keys, and for the nested fields the claims read (every
+format's ``CLAIM_PATHS`` at once, only in messages with one of their top-level keys, each kept
+as what the claims test of it). The claims of a JSON object read nothing else, and a batch's
+messages share a few such pairs: they are evaluated once for each distinct pair, not for each
+message. Then each format found parses its own messages and nothing else: where
 one format claims every message (tombstones aside), its parser reads the batch with no filter,
 so ``auto`` costs that format plus the pass. Only a batch that mixes formats, or holds messages
 no format or several claim, keeps the names (a local checkpoint) and filters on them.
@@ -43,27 +45,36 @@ def candidates() -> dict[str, Format]:
 # Every format's options: each parser takes the ones it knows. A plain attribute computed at
 # import: from Python 3.12 isinstance against ``contract.Parser`` looks attributes up statically.
 OPTIONS: Options = {k: v for m in candidates().values() for k, v in m.OPTIONS.items()}
-# The nested fields every claim reads, parsed out of a message together.
-CLAIM_PATHS = sorted({p for m in candidates().values() for p in m.CLAIM_PATHS})
+
+
+def _claim_paths() -> dict[str, str]:
+    """The nested fields every claim reads, parsed out of a message together: each with the
+    richest test a format makes of it."""
+    paths: dict[str, str] = {}
+    for m in candidates().values():
+        for path, test in m.CLAIM_PATHS.items():
+            paths[path] = max(paths.get(path, test), test, key=J.CLAIM_TESTS.index)
+    return dict(sorted(paths.items()))
+
+
+CLAIM_PATHS = _claim_paths()
+_TOMBSTONE = "_tombstone"
+
+
+def _names(keys: Column, value: Column, probe: Column) -> Column:
+    """The names of the formats that claim a message, comma-separated ("" for none)."""
+    claims = [F.when(m.claims(keys, value, probe), F.lit(n)) for n, m in candidates().items()]
+    return F.concat_ws(",", *claims)
 
 
 def _claimed_by(keys: Column, value: Column, probe: Column) -> Column:
     """The names of the formats that claim a message, comma-separated (null for a tombstone)."""
-    return F.when(
-        value.isNotNull(),
-        F.concat_ws(
-            ",",
-            *[
-                F.when(value.isNull(), F.lit(None)).when(m.claims(keys, value, probe), F.lit(n))
-                for n, m in candidates().items()
-            ],
-        ),
-    )
+    return F.when(value.isNotNull(), _names(keys, value, probe))
 
 
 def claimants(keys: Column, value: Column) -> Column:
     """The names of the formats that claim a message."""
-    claimed = _claimed_by(keys, value, J.probe(keys, CLAIM_PATHS))
+    claimed = _claimed_by(keys, value, J.tested(J.probe(keys, CLAIM_PATHS), CLAIM_PATHS))
     return F.when(claimed == "", F.array().cast("array<string>")).otherwise(F.split(claimed, ","))
 
 
@@ -73,7 +84,7 @@ def _with_claims(raw: DataFrame) -> DataFrame:
     # column that several expressions read from being computed once for each.
     keyed = raw.withColumn(_KEYS, J.object_keys())
     probed = keyed.withColumn(_PROBE, J.probe(F.col(_KEYS), CLAIM_PATHS))
-    claimed = _claimed_by(F.col(_KEYS), text, F.col(_PROBE))
+    claimed = _claimed_by(F.col(_KEYS), text, J.tested(F.col(_PROBE), CLAIM_PATHS))
     return probed.withColumn(_CLAIMED, claimed).drop(_KEYS, _PROBE)
 
 
@@ -97,12 +108,34 @@ def _parse_as(name: str, rows: DataFrame, options: dict[str, str]) -> DataFrame:
     return module.parse(rows, {k: v for k, v in options.items() if k in module.OPTIONS})
 
 
+def _found(raw: DataFrame) -> tuple[list[str], bool]:
+    """The claimants' names (as ``_CLAIMED`` gives them) of the batch's messages, and whether it
+    has tombstones, in one pass over the values. A JSON object's claims read only its keys and
+    its probe, which a batch's messages share a few of: the claims are evaluated once for each
+    distinct pair. A message that is no JSON object (a DTS Avro record) is claimed from its
+    bytes, one by one."""
+    keys, value = F.col(_KEYS), F.col("value")
+    keyed = raw.select(value, J.object_keys().alias(_KEYS))
+    probed = keyed.withColumn(_PROBE, J.probe(keys, CLAIM_PATHS))
+    probe = J.tested(F.col(_PROBE), CLAIM_PATHS)
+    kinds = probed.select(
+        keys,
+        probe.alias(_PROBE),
+        F.when(keys.isNull(), _claimed_by(keys, J.text(), probe)).alias(_CLAIMED),
+        value.isNull().alias(_TOMBSTONE),
+    ).distinct()
+    names = F.when(keys.isNull(), F.col(_CLAIMED)).otherwise(
+        _names(keys, F.lit(None).cast("string"), F.col(_PROBE))
+    )
+    # The distinct rows themselves (a few) come back, not an aggregate of them: Spark drops a
+    # distinct under aggregates that ignore duplicates, and the claims would then be evaluated
+    # for each message again.
+    rows = kinds.select(names, _TOMBSTONE).collect()
+    return sorted({r[0] for r in rows if r[0] is not None}), any(r[1] for r in rows)
+
+
 def parse(raw: DataFrame, options: dict[str, str]) -> DataFrame:
-    # One pass over the values: the claimants found in this batch, and whether it has tombstones.
-    claimed = raw.select("value").transform(_with_claims)
-    [(found, tombstones)] = claimed.agg(
-        F.collect_set(_CLAIMED), F.coalesce(F.bool_or(F.col("value").isNull()), F.lit(False))
-    ).collect()
+    found, tombstones = _found(raw)
     routes = sorted(c for c in found if "," not in c and c)  # formats that claim messages alone
     unrouted = set(found) - set(routes)  # "" (no claimant) or several names
     value = F.col("value")

@@ -59,7 +59,7 @@ NAME = "dts-avro"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()  # Avro, typed by its union branches
-CLAIM_PATHS = ()  # the claim reads no JSON but its keys (none at all: binary)
+CLAIM_PATHS: dict[str, str] = {}  # the claim reads no JSON but its keys (none: binary)
 
 SCHEMA_RESOURCE = "dts_avro.avsc"
 _NS = "com.alibaba.dts.formats.avro."

@@ -1,6 +1,7 @@
 """JSON plumbing shared by the JSON wire formats: reading a message, overlaying row images, and
 what ``claims`` reads: a message's top-level keys (``key_test``) and the nested fields every
-format's claim names, parsed once (``probe``, ``probed``).
+format's claim names, parsed once and kept as what the claims test of them (``probe``,
+``tested``, ``probed``).
 
 A message is read in one of two ways, each added to the raw rows in one ``select``:
 
@@ -15,7 +16,7 @@ A message is read in one of two ways, each added to the raw rows in one ``select
 """
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -27,6 +28,9 @@ VARIANT = "_v"  # read_exact's column
 # The first bytes a JSON object's text can have (hex): JSON's whitespace, "{", a UTF-8 BOM.
 _OBJECT_START = ("20", "09", "0A", "0D", "7B", "EF")
 CORRUPT = "_corrupt"  # read_struct's corrupt-record field
+# What a claim tests of a field it reads from a probe (a format's ``CLAIM_PATHS``), richest last.
+PRESENT, FIRST, TEXT = "present", "first character", "text"
+CLAIM_TESTS = (PRESENT, FIRST, TEXT)
 _PERMISSIVE = {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"}
 
 
@@ -110,16 +114,21 @@ def key_test(keys: Column) -> Callable[[str], Column]:
     return lambda k: F.coalesce(F.array_contains(keys, k), F.lit(False))
 
 
-def probe(keys: Column, paths: Iterable[str]) -> Column:
-    """The fields at ``paths`` (``$.payload.op``) of a message, parsed out of it in one pass, as
-    text (an object's or array's as its JSON; null when absent or JSON null), for ``claims``
-    (``probed``). Null for a message with none of their top-level keys (``keys``), which is
-    then not parsed."""
+def _tree(paths: Iterable[str]) -> dict:
     tree: dict = {}
     for path in paths:
         node = tree
         for name in path.removeprefix("$.").split("."):
             node = node.setdefault(name, {})
+    return tree
+
+
+def probe(keys: Column, paths: Iterable[str]) -> Column:
+    """The fields at ``paths`` (``$.payload.op``) of a message, parsed out of it in one pass, as
+    text (an object's or array's as its JSON; null when absent or JSON null), for ``claims``
+    (``tested``, then ``probed``). Null for a message with none of their top-level keys
+    (``keys``), which is then not parsed."""
+    tree = _tree(paths)
     if not tree:
         return F.lit(None)
 
@@ -131,6 +140,30 @@ def probe(keys: Column, paths: Iterable[str]) -> Column:
     return F.when(
         reduce(Column.__or__, [has(k) for k in sorted(tree)]), F.from_json(text(), struct(tree))
     )
+
+
+def tested(probe: Column, paths: Mapping[str, str]) -> Column:
+    """``probe`` (a column of it: each field is read several times) with each field kept as
+    what a claim tests of it (its value in ``paths``): ``TEXT`` its text, ``FIRST`` its first
+    character, ``PRESENT`` "" (null stays null). So messages differing only in what no claim
+    tests (a sequence number, a DDL's text) give the same probe, and detection evaluates the
+    claims once for them."""
+    tree = _tree(paths)
+    if not tree:
+        return probe
+
+    def kept(node: dict, value: Column, path: str) -> Column:
+        if not node:
+            test = paths[path]
+            if test == PRESENT:
+                return F.when(value.isNotNull(), F.lit(""))
+            return F.substring(value, 1, 1) if test == FIRST else value
+        fields = sorted(node.items())
+        return F.struct(
+            *[kept(sub, value.getField(n), f"{path}.{n}").alias(n) for n, sub in fields]
+        )
+
+    return F.when(probe.isNotNull(), kept(tree, probe, "$"))
 
 
 def probed(probe: Column, path: str) -> Column:

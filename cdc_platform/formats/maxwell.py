@@ -34,7 +34,7 @@ _IMAGE = "map<string,string>"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("data",), ("old",))
 TOKEN_PATHS = ("$.data", "$.old")
-CLAIM_PATHS = ()  # the claim reads top-level keys only
+CLAIM_PATHS: dict[str, str] = {}  # the claim reads top-level keys only
 # The last row of a transaction has commit=true and no xoffset: it sorts after the others.
 _LAST = "9999999999"
 

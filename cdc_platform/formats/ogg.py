@@ -28,7 +28,7 @@ _IMAGE = "map<string,string>"
 # Where the images sit, for a new table's column order (formats.contract.Format.IMAGE_PATHS).
 IMAGE_PATHS = (("after",), ("before",))
 TOKEN_PATHS = ("$.after", "$.before")
-CLAIM_PATHS = ()  # the claim reads top-level keys only
+CLAIM_PATHS: dict[str, str] = {}  # the claim reads top-level keys only
 _OP_TS = "yyyy-MM-dd HH:mm:ss.SSSSSS"
 
 

@@ -35,7 +35,7 @@ NAME = "shareplex"
 OPTIONS: Options = {}
 IMAGE_PATHS = ()  # the parsed images keep the wire column order
 TOKEN_PATHS = ()
-CLAIM_PATHS = ("$.meta.op",)
+CLAIM_PATHS = {"$.meta.op": J.PRESENT}
 
 _S = T.StringType()
 _META = T.StructType(

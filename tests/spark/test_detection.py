@@ -12,10 +12,11 @@ from cdc_platform import formats
 from cdc_platform.catalog import SourceConfig, TableConfig
 from cdc_platform.formats import canonical as C
 from cdc_platform.formats import detect
+from cdc_platform.formats import json_records as J
 from cdc_platform.ingest import landing
 from cdc_platform.steps.current import current_rows
 from cdc_platform.steps.replay import replay
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, FIXTURES
 from tests.quality.test_fuzz import _land
 
 pytestmark = pytest.mark.spark
@@ -111,6 +112,46 @@ def test_a_topic_mixing_four_formats_replays_to_the_right_tables(
         assert [{**r, "weight": _f32(r["weight"])} for r in got] == [
             {**r, "weight": _f32(r["weight"])} for r in want
         ], name
+
+
+def test_claims_once_for_each_distinct_keys_and_probe_name_what_each_message_would(spark, tmp_path):
+    # The pass evaluates a JSON object's claims once for each distinct pair of its keys and its
+    # probe (each field kept as what the claims test of it), not for each message: it must
+    # find the names the claims give message by message, reading whole fields. Every corpus and
+    # vendor-document message, messages differing only in what no claim tests, and what no
+    # format claims.
+    lines = [line for path in sorted(CORPUS.glob("*/*.txt")) for line in
+             path.read_text().splitlines() if line.strip()]  # fmt: skip
+    seeds = sorted((FIXTURES / "seeds").glob("*.json"))
+    lines += [json.dumps(json.loads(p.read_text())) for p in seeds if _is_json(p.read_text())]
+    ddl = {"schema": {}, "payload": {"ddl": "ALTER TABLE t ADD c INT", "op": None}}
+    both = {"op_type": "I", "table": "S.T", "after": {}, "op": "c", "source": {}}
+    lines += [json.dumps(ddl), json.dumps(both),
+              json.dumps({**ddl, "payload": {"ddl": {"text": "x"}}}),
+              json.dumps({"schema": {}, "payload": {"op": "cc"}}),
+              json.dumps({"schema": {}, "payload": {"status": None}}),
+              json.dumps({"meta": {"op": ""}, "data": {}}), "[1]", "hello",
+              json.dumps({"_operation_type_": "I", "_sequence_id_": "1", "id": 1})]  # fmt: skip
+    values = [line.encode() for line in lines] + [b"\x02\x00", None]
+    raw = _raw(spark, tmp_path, values)
+
+    # Message by message, on the fields' whole texts.
+    keys = J.object_keys()
+    claimed = detect._claimed_by(keys, J.text(), J.probe(keys, detect.CLAIM_PATHS))
+    one_by_one = {r[0] for r in raw.select(claimed).collect()}
+    found, tombstones = detect._found(raw)
+    assert set(found) == one_by_one - {None}
+    assert tombstones
+    named = {"debezium", "dataworks", "canal", "maxwell", "ogg", "shareplex", "datahub-tuple"}
+    assert named | {"", "debezium,ogg"} <= set(found)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _raw(spark, tmp_path, values: list[bytes | None]):

@@ -173,7 +173,9 @@ def test_parse_keeps_raw_columns_adds_the_parsed_schema_and_claims(spark, tmp_pa
     # as format detection calls claims: the value as text, keys null unless a JSON object
     keys = F.when(F.col("value").isNotNull(), F.json_object_keys(text))
     rows = (
-        parsed.withColumn("claimed", shareplex.claims(keys, text, J.probe(keys, ["$.meta.op"])))
+        parsed.withColumn(
+            "claimed", shareplex.claims(keys, text, J.probe(keys, shareplex.CLAIM_PATHS))
+        )
         .withColumn("claimants", detect.claimants(keys, text))
         .orderBy("line")
         .toArrow()
