@@ -389,7 +389,7 @@ def key_span(uri: str, files: list[str], column: str) -> tuple[Any, Any] | None:
     """The smallest and largest value of key column ``column`` that change-log ``files`` (as
     ``files`` names them) touch: in ``key``, and in ``before`` (a key change moves away from the
     before image's key), from their statistics (no data read). None when a file has values of
-    one of them without bounds, or none of them has a value."""
+    one of them without bounds, none of them has a value, or their bounds do not compare."""
     if not files:
         return None
     actions = add_actions(snapshot(uri))
@@ -411,7 +411,10 @@ def key_span(uri: str, files: list[str], column: str) -> tuple[Any, Any] | None:
                 return None
             lows.append(lo)
             highs.append(hi)
-    return (min(lows), max(highs)) if lows else None
+    try:
+        return (min(lows), max(highs)) if lows else None
+    except TypeError:  # files whose key has another type (the column's type changed)
+        return None
 
 
 def may_hold_nulls(uri: str, column: str, files: list[str] | None = None) -> bool:
