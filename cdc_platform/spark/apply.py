@@ -123,7 +123,7 @@ def relative_to(
     newer partial image follows it (TOAST, SharePlex, ignored nulls). Keys not in ``current``
     keep the batch's own ``__columns``. ``current``: the table's rows of the batch's keys
     (``lake.rows_of_keys``); ``small``: they are few enough to be broadcast. Each row keeps
-    its key's row in ``current`` (``held``)."""
+    what its key's row in ``current`` was (the ``HELD`` columns)."""
     target = held(current, key)
     if small:
         target = F.broadcast(target)
