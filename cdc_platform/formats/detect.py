@@ -78,14 +78,17 @@ def claimants(keys: Column, value: Column) -> Column:
     return F.when(claimed == "", F.array().cast("array<string>")).otherwise(F.split(claimed, ","))
 
 
-def _with_claims(raw: DataFrame) -> DataFrame:
-    text = J.text()
-    # The keys and the probe in columns of their own: every claim reads them, and Spark keeps a
-    # column that several expressions read from being computed once for each.
+def _probed(raw: DataFrame) -> DataFrame:
+    """``raw`` with each message's keys (``_KEYS``) and probe (``_PROBE``), in columns of their
+    own: every claim reads them, and Spark keeps a column that several expressions read from
+    being computed once for each."""
     keyed = raw.withColumn(_KEYS, J.object_keys())
-    probed = keyed.withColumn(_PROBE, J.probe(F.col(_KEYS), CLAIM_PATHS))
-    claimed = _claimed_by(F.col(_KEYS), text, J.tested(F.col(_PROBE), CLAIM_PATHS))
-    return probed.withColumn(_CLAIMED, claimed).drop(_KEYS, _PROBE)
+    return keyed.withColumn(_PROBE, J.probe(F.col(_KEYS), CLAIM_PATHS))
+
+
+def _with_claims(raw: DataFrame) -> DataFrame:
+    claimed = _claimed_by(F.col(_KEYS), J.text(), J.tested(F.col(_PROBE), CLAIM_PATHS))
+    return _probed(raw).withColumn(_CLAIMED, claimed).drop(_KEYS, _PROBE)
 
 
 def _unrouted(rows: DataFrame, claimed: Column) -> DataFrame:
@@ -115,15 +118,17 @@ def _found(raw: DataFrame) -> tuple[list[str], bool]:
     distinct pair. A message that is no JSON object (a DTS Avro record) is claimed from its
     bytes, one by one."""
     keys, value = F.col(_KEYS), F.col("value")
-    keyed = raw.select(value, J.object_keys().alias(_KEYS))
-    probed = keyed.withColumn(_PROBE, J.probe(keys, CLAIM_PATHS))
     probe = J.tested(F.col(_PROBE), CLAIM_PATHS)
-    kinds = probed.select(
-        keys,
-        probe.alias(_PROBE),
-        F.when(keys.isNull(), _claimed_by(keys, J.text(), probe)).alias(_CLAIMED),
-        value.isNull().alias(_TOMBSTONE),
-    ).distinct()
+    kinds = (
+        _probed(raw.select(value))
+        .select(
+            keys,
+            probe.alias(_PROBE),
+            F.when(keys.isNull(), _claimed_by(keys, J.text(), probe)).alias(_CLAIMED),
+            value.isNull().alias(_TOMBSTONE),
+        )
+        .distinct()
+    )
     names = F.when(keys.isNull(), F.col(_CLAIMED)).otherwise(
         _names(keys, F.lit(None).cast("string"), F.col(_PROBE))
     )

@@ -366,6 +366,13 @@ def max_stat(uri: str, column: str, at_version: int | None = None) -> Any:
     return pc.max(actions[name]).as_py() if name in actions.column_names else None
 
 
+def _only(uri: str, actions: pa.Table, files: list[str]) -> pa.Table:
+    """The add actions of ``files`` (as ``files`` names them)."""
+    wanted = {local_path(f) for f in files}
+    paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
+    return actions.filter(pa.array([p in wanted for p in paths], pa.bool_()))
+
+
 def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[Any, Any] | None:
     """The smallest and largest value of ``column`` over the snapshot's data files (or just
     ``files``, as ``files`` names them), from their statistics (no data read); None when the
@@ -377,9 +384,7 @@ def stat_range(uri: str, column: str, files: list[str] | None = None) -> tuple[A
     if not {low, high} <= set(actions.column_names):
         return None
     if files is not None:
-        wanted = {local_path(f) for f in files}
-        paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
-        actions = actions.filter(pa.array([p in wanted for p in paths], pa.bool_()))
+        actions = _only(uri, actions, files)
     if actions.num_rows == 0 or actions[low].null_count or actions[high].null_count:
         return None
     return pc.min(actions[low]).as_py(), pc.max(actions[high]).as_py()
@@ -392,11 +397,8 @@ def key_span(uri: str, files: list[str], column: str) -> tuple[Any, Any] | None:
     one of them without bounds, none of them has a value, or their bounds do not compare."""
     if not files:
         return None
-    actions = add_actions(snapshot(uri))
-    wanted = {local_path(f) for f in files}
-    paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
-    chosen = actions.filter(pa.array([p in wanted for p in paths], pa.bool_()))
-    if chosen.num_rows < len(wanted):
+    chosen = _only(uri, add_actions(snapshot(uri)), files)
+    if chosen.num_rows < len({local_path(f) for f in files}):
         return None
     rows = chosen["num_records"].to_pylist()
     lows, highs = [], []
