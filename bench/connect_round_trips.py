@@ -169,7 +169,7 @@ def main() -> None:
     day = dt.date.today().isoformat()
     rounds, walls, server_cpu, client_cpu, threads = [], [], [], [], []
     for batch in range(args.batches):
-        write_demo_traffic(catalog.landing_path, batch=batch, date=day)
+        write_demo_traffic(catalog.landing_uri, batch=batch, date=day)
         for counter in (calls, seconds, sites):
             counter.clear()
         started, (server_before, client_before, threads_before) = time.monotonic(), cpu()

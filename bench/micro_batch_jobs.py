@@ -161,7 +161,7 @@ def main() -> None:
     day = dt.date.today().isoformat()
     totals, seconds, steps, phases, step_seconds = [], [], [], [], []
     for batch in range(args.batches):
-        write_demo_traffic(catalog.landing_path, batch=batch, date=day)
+        write_demo_traffic(catalog.landing_uri, batch=batch, date=day)
         by_step.clear()
         snapshots.clear()
         by_phase.clear()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cdc_platform import formats
 from cdc_platform.formats.column_specs import parse_type
+from cdc_platform.lake import storage
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -642,10 +643,21 @@ class Catalog(_Strict):
     """The whole sources file."""
 
     warehouse: str = Field(
-        "var/warehouse", description="the Delta tables; relative to the sources file"
+        "var/warehouse",
+        description="the Delta tables: a local folder (relative to the sources file) or "
+        "s3://bucket/prefix",
     )
     landing: str = Field(
-        "var/landing", description="landing files: <landing>/<source>/dt=YYYY-MM-DD/*"
+        "var/landing",
+        description="landing files: <landing>/<source>/dt=YYYY-MM-DD/*; a local folder or "
+        "s3://bucket/prefix",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="object-store options over the environment's, by the names delta-rs reads "
+        "(AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_SESSION_TOKEN, AWS_ALLOW_HTTP, AWS_VIRTUAL_HOSTED_STYLE_REQUEST); a value may name "
+        "environment variables as ${VAR}, as secrets must",
     )
     spark: SparkConfig = Field(default_factory=SparkConfig, description="where Spark runs")
     sources: list[SourceConfig] = Field(description="the sources and their tables")
@@ -664,22 +676,33 @@ class Catalog(_Strict):
             raise ValueError("source names repeat")
         return self
 
-    def _resolve(self, path: str) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else (self.base_dir / p).resolve()
+    def _resolve(self, location: str) -> str:
+        try:
+            return storage.resolve(location, self.base_dir)
+        except storage.StorageError as e:
+            raise CatalogError(str(e)) from None
 
     @property
-    def warehouse_path(self) -> Path:
+    def warehouse_uri(self) -> str:
+        """The warehouse: an absolute local path, or an ``s3://`` URI."""
         return self._resolve(os.environ.get("CDC_WAREHOUSE") or self.warehouse)
 
     @property
-    def landing_path(self) -> Path:
+    def landing_uri(self) -> str:
         return self._resolve(os.environ.get("CDC_LANDING") or self.landing)
 
-    def landing_for(self, source: SourceConfig) -> Path:
-        return (
-            self._resolve(source.location) if source.location else self.landing_path / source.name
-        )
+    def landing_for(self, source: SourceConfig) -> str:
+        if source.location:
+            return self._resolve(source.location)
+        return storage.join(self.landing_uri, source.name)
+
+    def configure_storage(self) -> None:
+        """Make ``storage_options`` this process's object-store options (CatalogError naming a
+        bad option or an unset variable)."""
+        try:
+            storage.configure(self.storage_options)
+        except storage.StorageError as e:
+            raise CatalogError(str(e)) from None
 
     def source(self, name: str) -> SourceConfig:
         for s in self.sources:
@@ -719,13 +742,16 @@ def load_catalog(path: str | os.PathLike) -> Catalog:
     if not isinstance(data, dict):
         raise CatalogError(f"{p}: expected a mapping with a 'sources' list")
     try:
-        return Catalog(**data, base_dir=p.resolve().parent)
+        catalog = Catalog(**data, base_dir=p.resolve().parent)
     except ValidationError as e:
         err = e.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
         raise CatalogError(f"{p}: {_where(err)}: {msg}") from None
     except TypeError as e:
         raise CatalogError(f"{p}: {e}") from None
+    # Every process reads its storage through the options of the file it runs from.
+    catalog.configure_storage()
+    return catalog
 
 
 def default_catalog_path() -> Path:

@@ -48,6 +48,7 @@ from cdc_platform.catalog import (
 )
 from cdc_platform.formats.column_specs import parse_type
 from cdc_platform.ingest.landing import LandingError
+from cdc_platform.lake import storage
 from cdc_platform.processes import stop_group
 
 REPLAY_SOURCE = "replay"
@@ -97,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         "replay", description="raw -> changelog -> current for every table in INPUTs"
     )
     r.add_argument("inputs", nargs="+", metavar="INPUT", help="landing files or folders")
-    r.add_argument("--warehouse", required=True, type=Path)
+    r.add_argument("--warehouse", required=True, type=_location)
     r.add_argument("--format", default="auto", help=f"one of {', '.join(formats.format_names())}")
     r.add_argument("--primary-key", help="COL[,COL]: key of every table in the inputs")
     r.add_argument("--format-option", action="append", default=[], metavar="KEY=VALUE")
@@ -107,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     _spark_options(r, sources=True)
     s = sub.add_parser("show", description="print a table as JSON lines, sorted by primary key")
     s.add_argument("table", metavar="TABLE")
-    s.add_argument("--warehouse", required=True, type=Path)
+    s.add_argument("--warehouse", required=True, type=_location)
     s.add_argument("--layer", choices=["current", "changelog", "quarantine"], default="current")
     s.add_argument("--source", help="needed only when several sources have TABLE")
     _spark_options(s, sources=True)
@@ -179,21 +180,21 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--select", action="append", default=[], metavar="MODEL[,MODEL]")
         c.add_argument("--models", type=Path, help="models folder (default: beside sources.yaml)")
         c.add_argument("--sources", type=Path, help="sources file (default sources.yaml)")
-        c.add_argument("--warehouse", type=Path, help="default: the catalog's warehouse")
+        c.add_argument("--warehouse", type=_location, help="default: the catalog's warehouse")
         if name == "run":
             c.add_argument("--full-refresh", action="store_true", help="rebuild incremental models")
         _spark_options(c)
     q = sub.add_parser(
         "quality-report", description="validate every table, build the Data Docs site"
     )
-    q.add_argument("--warehouse", required=True, type=Path)
+    q.add_argument("--warehouse", required=True, type=_location)
     q.add_argument("--out", required=True, type=Path, help="reports folder (the site and gx/)")
     q.add_argument("--sources", type=Path, help="sources file with quality settings")
     _spark_options(q)
     rd = sub.add_parser(
         "redrive", description="re-process quarantined messages; drop those that pass"
     )
-    rd.add_argument("--warehouse", required=True, type=Path)
+    rd.add_argument("--warehouse", required=True, type=_location)
     rd.add_argument("--reason", help="only messages whose reason starts with this")
     rd.add_argument("--source", help="only this source (default: all)")
     rd.add_argument("--sources", type=Path, help="sources file (default sources.yaml if present)")
@@ -205,9 +206,7 @@ def _quality_report(args: argparse.Namespace) -> int:
     from cdc_platform.quality.commands import quality_report
 
     _check_warehouse(args.warehouse, must_exist=True)
-    index, runs = quality_report(
-        _spark(args), args.warehouse.resolve(), args.out.resolve(), args.sources
-    )
+    index, runs = quality_report(_spark(args), args.warehouse, args.out.resolve(), args.sources)
     failed = [(run, r) for run in runs for r in run.rules if not r.success]
     for run, r in failed:
         print(f"{run.suite} [{run.batch}] {r.rule} ({r.severity}): {r.unexpected} unexpected",
@@ -220,9 +219,7 @@ def _redrive(args: argparse.Namespace) -> int:
     from cdc_platform.quality.commands import redrive_all
 
     _check_warehouse(args.warehouse, must_exist=True)
-    results = redrive_all(
-        _spark(args), args.warehouse.resolve(), args.reason, args.source, args.sources
-    )
+    results = redrive_all(_spark(args), args.warehouse, args.reason, args.source, args.sources)
     for name, r in results.items():
         for reason, n in sorted(r.reasons.items()):
             print(f"{name}: still quarantined {n}: {reason}", file=sys.stderr)
@@ -236,7 +233,7 @@ def _models(args: argparse.Namespace) -> int:
     from cdc_platform.models.project import ModelError
 
     catalog = _catalog(args.sources)
-    warehouse = (args.warehouse or catalog.warehouse_path).resolve()
+    warehouse = args.warehouse or catalog.warehouse_uri
     _check_warehouse(warehouse, must_exist=args.models_command != "compile")
     names = [n.strip() for item in args.select for n in item.split(",") if n.strip()]
     failed = False
@@ -264,9 +261,10 @@ def _demo(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
     from cdc_platform import demo
+    from cdc_platform.ingest import landing
 
     catalog = _catalog(args.sources)
-    landing_root = catalog.landing_path
+    landing_root = catalog.landing_uri
     brokers = sorted({s.kafka.bootstrap_servers for s in catalog.sources if s.kafka})
     for bootstrap in brokers:
         try:
@@ -276,7 +274,12 @@ def _demo(args: argparse.Namespace) -> int:
                 f"no Kafka broker answers on {bootstrap} (the catalog's Kafka sources read from "
                 "it); start the embedded one with `cdc-platform broker`"
             ) from None
-    batch = len(list(landing_root.glob("shop/dt=*/*.kafka.jsonl")))
+    shop = storage.join(landing_root, "shop")
+    batch = sum(
+        f.name.endswith(".kafka.jsonl")
+        for date in landing.partition_dates(shop)
+        for f in landing.files_for_date(shop, date)
+    )
 
     def one_batch() -> None:
         for path in demo.write_demo_traffic(landing_root, batch):
@@ -292,6 +295,13 @@ def _demo(args: argparse.Namespace) -> int:
         one_batch()
         batch += 1
     return 0
+
+
+def _local_var(catalog) -> Path:
+    """Where a command keeps its local files (logs): beside a local warehouse, else ``var/``
+    beside the sources file."""
+    warehouse = catalog.warehouse_uri
+    return catalog.base_dir / "var" if storage.is_remote(warehouse) else Path(warehouse).parent
 
 
 def _catalog(path: Path | None):
@@ -320,7 +330,6 @@ def _spark(args: argparse.Namespace, catalog: Catalog | None = None) -> SparkSes
 def _broker(args: argparse.Namespace) -> int:
     """Run the embedded broker until interrupted. It starts empty, so the Kafka sources that read
     from it start over: their tables would hold offsets past the new topics' ends."""
-    import shutil
     import signal
 
     from cdc_platform import broker
@@ -330,11 +339,9 @@ def _broker(args: argparse.Namespace) -> int:
     for source in catalog.sources:
         if source.kafka and source.kafka.bootstrap_servers == address:
             for layer in lake.LAYERS:
-                folder = catalog.warehouse_path / layer / source.name
-                if folder.exists():
-                    shutil.rmtree(folder)
+                storage.delete_tree(storage.join(catalog.warehouse_uri, layer, source.name))
             print(f"source {source.name}: tables cleared (the embedded broker starts empty)")
-    log = catalog.warehouse_path.parent / "broker.log"
+    log = _local_var(catalog) / "broker.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         proc, bootstrap = broker.start(log, port=args.port)
@@ -418,12 +425,12 @@ def _up(args: argparse.Namespace) -> int:
     from cdc_platform.quality.docs import reports_dir
 
     catalog = _catalog(args.sources)  # a bad sources file: one line, before anything starts
-    warehouse = catalog.warehouse_path
+    storage.check(catalog.warehouse_uri)  # a bucket it cannot use: one line, before anything starts
     settings = stack.Settings(
         sources=args.sources.resolve(),
         home=args.dagster_home.resolve(),
-        logs=warehouse.parent,
-        reports=reports_dir(warehouse),
+        logs=_local_var(catalog),
+        reports=reports_dir(catalog.warehouse_uri),
         host=args.host,
         port=args.port,
         reports_port=args.reports_port,
@@ -447,7 +454,7 @@ def _reset_offsets(args: argparse.Namespace) -> int:
     if source.transport != "kafka":
         raise UserError(f"source {args.source} is not a transport: kafka source")
     try:
-        offsets = kafka.reset_offsets(catalog.warehouse_path, source, args.to)
+        offsets = kafka.reset_offsets(catalog.warehouse_uri, source, args.to)
     except kafka.KafkaIngestError as e:
         raise UserError(str(e)) from None
     for (topic, partition), offset in sorted(offsets.items()):
@@ -470,7 +477,21 @@ def _input_files(inputs: list[str]) -> list[Path]:
     return files
 
 
-def _check_warehouse(path: Path, must_exist: bool) -> None:
+def _location(text: str) -> str:
+    """A ``--warehouse``: a local path (made absolute) or an object-store URI."""
+    try:
+        return storage.resolve(text, Path.cwd())
+    except storage.StorageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _check_warehouse(location: str, must_exist: bool) -> None:
+    """A warehouse the command can use: a bucket that exists and takes the credentials (a
+    store has no folders: ``must_exist`` asks nothing more of it), or a local folder."""
+    if storage.is_remote(location):
+        storage.check(location)
+        return
+    path = Path(location)
     if path.exists() and not path.is_dir():
         raise UserError(f"warehouse is not a directory: {path}")
     if must_exist and not path.is_dir():
@@ -500,22 +521,23 @@ def _replay(args: argparse.Namespace) -> int:
     except ValidationError as e:
         raise UserError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
     today = args.date or dt.datetime.now(dt.UTC).date().isoformat()
-    summary, result = replay(_spark(args), args.warehouse.resolve(), files, source, today)
+    summary, result = replay(_spark(args), args.warehouse, files, source, today)
     for reason, n in sorted(result.quarantine_reasons.items()):
         print(f"quarantined {n}: {reason}", file=sys.stderr)
     print(json.dumps(summary, sort_keys=True))
     return 0
 
 
-def _find_table(warehouse: Path, table: str, source: str | None) -> tuple[str, str]:
+def _find_table(warehouse: str, table: str, source: str | None) -> tuple[str, str]:
     from cdc_platform.normalize import table_name
 
     names = {table, table_name(table)}
     found = sorted(
         {
-            (p.parent.name, p.name)
-            for p in (warehouse / lake.CHANGELOG).glob("*/*")
-            if p.name in names
+            (storage.name(source_dir), storage.name(t))
+            for source_dir in lake.folders(storage.join(warehouse, lake.CHANGELOG))
+            for t in lake.folders(source_dir)
+            if storage.name(t) in names
         }
     )
     if source:
@@ -545,7 +567,7 @@ def _show(args: argparse.Namespace) -> int:
 
     from cdc_platform.steps.current import current_rows
 
-    warehouse = args.warehouse.resolve()
+    warehouse = args.warehouse
     _check_warehouse(warehouse, must_exist=True)
     source, table = _find_table(warehouse, args.table, args.source)
     spark = _spark(args)
@@ -593,6 +615,6 @@ def main(argv: list[str] | None = None) -> int:
             "redrive": _redrive,
         }[args.command]
         return command(args)
-    except (UserError, CatalogError, LandingError) as e:
+    except (UserError, CatalogError, LandingError, storage.StorageError) as e:
         print(f"cdc-platform: error: {e}", file=sys.stderr)
         return 2

@@ -11,10 +11,11 @@ import datetime as dt
 import json
 import random
 import time
-from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdc_platform.lake import storage
 
 _CUSTOMER_FIELDS = [
     {"type": "int32", "optional": False, "field": "id"},
@@ -123,7 +124,7 @@ def lindorm_messages(batch: int, start_ms: int) -> list[dict]:
     return out
 
 
-def write_demo_traffic(landing: Path, batch: int = 0, date: str | None = None) -> list[Path]:
+def write_demo_traffic(landing: str, batch: int = 0, date: str | None = None) -> list[str]:
     """Write one batch of demo traffic into the landing folders of sources shop and lindorm.
     With ``date``, event times are hours into that day (repeatable); without, live traffic of
     today whose event times are a minute ago, so the freshness checks see a live source."""
@@ -140,12 +141,9 @@ def write_demo_traffic(landing: Path, batch: int = 0, date: str | None = None) -
         ("shop", f"{batch:05d}.kafka.jsonl", debezium_records(batch, start_ms, rng)),
         ("lindorm", f"{batch:05d}.jsonl", lindorm_messages(batch, lindorm_ms)),
     ):
-        folder = landing / source / f"dt={day}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / name
-        tmp = path.with_name(f".{path.name}.tmp")  # hidden: landing readers skip dot files
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
-        tmp.rename(path)  # appear whole: a sensor never sees half a file
+        path = storage.join(str(landing), source, f"dt={day}", name)
+        # Whole: a sensor never sees half a file.
+        storage.write_whole(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
         written.append(path)
     return written
 

@@ -10,7 +10,6 @@ layer turns them into metadata.
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from cdc_platform import lake
 
@@ -44,7 +43,7 @@ def _newest(*times: datetime | None) -> datetime | None:
     return max((t for t in times if t is not None), default=None)
 
 
-def changelog(warehouse: Path, source: str, table: str, now: datetime | None = None) -> Freshness:
+def changelog(warehouse: str, source: str, table: str, now: datetime | None = None) -> Freshness:
     changes = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
     control = lake.TableRef(lake.CONTROL, source).uri(warehouse)
     return _of(
@@ -52,7 +51,7 @@ def changelog(warehouse: Path, source: str, table: str, now: datetime | None = N
     )
 
 
-def current(warehouse: Path, source: str, table: str, now: datetime | None = None) -> Freshness:
+def current(warehouse: str, source: str, table: str, now: datetime | None = None) -> Freshness:
     changes = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
     merged = lake.state(lake.TableRef(lake.CURRENT, source, table).uri(warehouse)).changelog_version
     if merged is None:

@@ -53,23 +53,24 @@ REPLAYS = {
 }
 
 
-def tables(warehouse: Path) -> dict[str, list[str]]:
+def tables(warehouse: str | Path) -> dict[str, list[str]]:
     """``layer/source/table`` -> the table's rows as sorted JSON lines (read with delta-rs; the
     corpus folder's path replaced, so any clone gives the same text)."""
     corpus = str(CORPUS.resolve())
     found = {}
+    warehouse = str(warehouse)
     for layer in sorted(lake.LAYERS):
-        for folder in sorted(Path(warehouse, layer).glob("*")):
+        for folder in lake.folders(lake.storage.join(warehouse, layer)):
             uris = (
-                [str(folder)]
-                if lake.exists(str(folder))
-                else lake.tables_under(warehouse, layer, folder.name)
+                [folder]
+                if lake.exists(folder)
+                else lake.tables_under(warehouse, layer, lake.storage.name(folder))
             )
             for uri in uris:
                 rows = lake.read_arrow(uri).to_pylist()
                 text = [json.dumps(r, sort_keys=True, default=str).replace(corpus, "<corpus>")
                         for r in rows]  # fmt: skip
-                found[str(Path(uri).relative_to(warehouse))] = sorted(text)
+                found[lake.storage.relative(uri, warehouse)] = sorted(text)
     return found
 
 

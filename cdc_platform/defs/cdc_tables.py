@@ -1,8 +1,6 @@
 """Assets of one source: raw -> change log per table (+ DDL and control logs, quarantine) ->
 current and history per table; its ingest job and sensor."""
 
-from pathlib import Path
-
 import dagster as dg
 from pydantic import Field
 
@@ -42,7 +40,7 @@ from cdc_platform.timings import phase
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
 
-def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinition:
+def build_raw_asset(source: SourceConfig, landing_dir: str) -> dg.AssetsDefinition:
     @dg.asset(
         key=asset_key(RAW, source.name),
         group_name=source.name,
@@ -62,13 +60,13 @@ def build_raw_asset(source: SourceConfig, landing_dir: Path) -> dg.AssetsDefinit
             # backfill, a manual materialization) replaces its dates whole.
             incremental = context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL
             result = ingest_landing(
-                lake.warehouse_path,
+                lake.warehouse_uri,
                 source.name,
                 lake.landing_for(source.name),
                 context.partition_keys,
                 whole_date=not incremental,
             )
-            return outputs.landing_raw(lake.warehouse_path, source, result).result(context)
+            return outputs.landing_raw(lake.warehouse_uri, source, result).result(context)
 
     return raw
 
@@ -140,30 +138,30 @@ def build_changelog_asset(source: SourceConfig, tables: list[TableConfig]) -> dg
                 spark.spark_session  # noqa: B018  (built on first use: timed apart)
             if context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL:
                 # A sensor run (Kafka or landing source): only the raw batches not normalized yet.
-                result = normalize_new(spark.spark_session, lake.warehouse_path, source)
+                result = normalize_new(spark.spark_session, lake.warehouse_uri, source)
             else:
                 result = normalize_source(
-                    spark.spark_session, lake.warehouse_path, source, context.partition_keys
+                    spark.spark_session, lake.warehouse_uri, source, context.partition_keys
                 )
             new_tables = outputs.routed_without_assets(tables, result)
             if new_tables:
                 context.log.warning(outputs.routed_without_assets_warning(new_tables))
-            written = outputs.changelog(lake.warehouse_path, source, tables, result, new_tables)
+            written = outputs.changelog(lake.warehouse_uri, source, tables, result, new_tables)
             yield from (output.result(context) for output in written)
             session, dates = spark.spark_session, context.partition_keys
             validated: list[quality.Validated] = []
             with (
                 quality.reconciling(
-                    session, lake.warehouse_path, source, dates, result.written, validated
+                    session, lake.warehouse_uri, source, dates, result.written, validated
                 ),
                 phase("checks"),
             ):
                 validated += quality.validate_changelogs(
-                    session, lake.warehouse_path, source, tables, dates, result.written
+                    session, lake.warehouse_uri, source, tables, dates, result.written
                 )
             with phase("checks"):
                 yield from quality.check_results(
-                    context, validated, lake.warehouse_path, source, tables
+                    context, validated, lake.warehouse_uri, source, tables
                 )
 
     return changelog
@@ -209,19 +207,19 @@ def build_current_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
                 session = spark.spark_session
             merged = merge_current(
                 session,
-                lake.warehouse_path,
+                lake.warehouse_uri,
                 source.name,
                 table.name,
                 full_refresh=config.full_refresh,
                 options=table,
             )
-            output = outputs.current(lake.warehouse_path, source, table, merged)
+            output = outputs.current(lake.warehouse_uri, source, table, merged)
             with phase("checks"):
                 validated = quality.validate_current(
-                    session, lake.warehouse_path, source, table, merged
+                    session, lake.warehouse_uri, source, table, merged
                 )
                 checks = quality.check_results(
-                    context, validated, lake.warehouse_path, source, [table]
+                    context, validated, lake.warehouse_uri, source, [table]
                 )
             return dg.MaterializeResult(metadata=output.metadata, check_results=checks)
 
@@ -252,7 +250,7 @@ def build_history_asset(source: SourceConfig, table: TableConfig) -> dg.AssetsDe
     ) -> dg.MaterializeResult:
         with profiled(context), retried_if_transient(context, spark):
             built = update_history(
-                spark.spark_session, lake.warehouse_path, source.name, table, config.full_refresh
+                spark.spark_session, lake.warehouse_uri, source.name, table, config.full_refresh
             )
             return dg.MaterializeResult(metadata=outputs.history(source, table, built).metadata)
 
@@ -263,7 +261,7 @@ def build_source_defs(source: SourceConfig, catalog: Catalog) -> dg.Definitions:
     """Everything one source contributes: assets, the job its sensor runs, the sensor, its
     automation sensor, and the freshness checks of its tables."""
     source = with_start_date(source, catalog)  # its partitions start where its data starts
-    tables = source.with_found(changelog_tables(catalog.warehouse_path, source.name))
+    tables = source.with_found(changelog_tables(catalog.warehouse_uri, source.name))
     raw_key = asset_key(RAW, source.name)
     if source.transport == "kafka":
         raw = build_kafka_raw_asset(source, raw_key)

@@ -31,7 +31,6 @@ several of its batches; a burst goes at once.
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import dagster as dg
 from pyspark.sql import SparkSession
@@ -52,11 +51,12 @@ from cdc_platform.defs.transient import (
 )
 from cdc_platform.ingest import kafka
 from cdc_platform.lake import CHANGELOG
+from cdc_platform.lake.landing_files import LandingFile
 from cdc_platform.steps.changelog import normalize_new
 from cdc_platform.steps.current import merge_current
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.progress import unfinished
-from cdc_platform.steps.raw import ingest_landing, pending_landing_files
+from cdc_platform.steps.raw import ingest_landing, pending_landing
 from cdc_platform.timings import phase
 
 RESTART_AFTER_FAILURE_SECONDS = 60
@@ -150,15 +150,11 @@ class MicroBatches:
             # its newest record batch (Tansu) may show none past a cut-short micro-batch.
             waiting = sum(
                 max(high - start, 1)
-                for partitions in kafka.pending(self.lake.warehouse_path, self.source).values()
+                for partitions in kafka.pending(self.lake.warehouse_uri, self.source).values()
                 for start, high in partitions.values()
             )
         else:
-            landing_dir = self.lake.landing_for(self.source.name)
-            waiting = sum(
-                _size(landing_dir / name) for names in self._landing_dates().values()
-                for name in names
-            )  # fmt: skip
+            waiting = sum(f.size for files in self._landing_dates().values() for f in files)
         return self.gather.ready(waiting, time.monotonic())
 
     def learn(self, took: float) -> None:
@@ -175,7 +171,7 @@ class MicroBatches:
 
     def ingest(self) -> tuple[outputs.Output | None, list[str]]:
         """New data -> raw: its materialization (None when nothing came) and its dates."""
-        warehouse, source = self.lake.warehouse_path, self.source
+        warehouse, source = self.lake.warehouse_uri, self.source
         if source.transport == "kafka":
             date = today().isoformat()
             assert self.bound is not None
@@ -205,12 +201,12 @@ class MicroBatches:
             self.reader, reader = None, self.reader
             reader.close()
 
-    def _landing_dates(self) -> dict[str, list[str]]:
+    def _landing_dates(self) -> dict[str, list[LandingFile]]:
         """The landing files raw does not hold, per date within the partitions. Dates outside
         them wait, as they do for the sensor; said once per run."""
         source = self.source
         landing_dir = self.lake.landing_for(source.name)
-        pending = pending_landing_files(self.lake.warehouse_path, source.name, landing_dir)
+        pending = pending_landing(self.lake.warehouse_uri, source.name, landing_dir)
         valid = set(self.partitions.get_partition_keys())
         if outside := sorted(d for d in pending if d not in valid and d not in self.warned):
             self.context.log.warning(outside_partitions_warning(source, self.partitions, outside))
@@ -235,7 +231,7 @@ class MicroBatches:
     ) -> Iterator[dg.AssetMaterialization]:
         """The micro-batch's steps and their materializations; its validations go to
         ``validated``."""
-        warehouse, source, session = self.lake.warehouse_path, self.source, self.spark_session
+        warehouse, source, session = self.lake.warehouse_uri, self.source, self.spark_session
         dates = dates or [today().isoformat()]
         if raw is not None:
             yield from raw.materializations(dates)
@@ -260,7 +256,7 @@ class MicroBatches:
     ) -> Iterator[dg.AssetMaterialization]:
         """The change logs' checks, then each table's current and history unless its change log
         failed a blocking check."""
-        warehouse, source, session = self.lake.warehouse_path, self.source, self.spark_session
+        warehouse, source, session = self.lake.warehouse_uri, self.source, self.spark_session
         with phase("checks"):
             changelogs = quality.validate_changelogs(
                 session, warehouse, source, self.tables, dates, written, label
@@ -287,7 +283,7 @@ class MicroBatches:
         if not validated:
             return
         with phase("checks"):
-            warehouse = self.lake.warehouse_path
+            warehouse = self.lake.warehouse_uri
             checks = quality.check_results(
                 self.context, validated, warehouse, self.source, self.tables
             )
@@ -297,13 +293,6 @@ class MicroBatches:
     def spark_session(self) -> SparkSession:
         with phase("spark.session"):
             return self.spark.spark_session
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # gone since it was listed
-        return 0
 
 
 def _evaluation(result: dg.AssetCheckResult) -> dg.AssetCheckEvaluation:
@@ -350,7 +339,7 @@ def _run(
                 continue
             started = time.monotonic()
             with profiled(context) as profile:
-                left = catch_up and unfinished(batches.lake.warehouse_path, batches.source)
+                left = catch_up and unfinished(batches.lake.warehouse_uri, batches.source)
                 raw, dates = batches.ingest()
                 idle = raw is None and not left
                 if idle:

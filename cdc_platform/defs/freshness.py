@@ -31,7 +31,7 @@ def build_freshness_check(
         ),
     )
     def check(lake: LakeResource) -> dg.AssetCheckResult:
-        seen = freshness.current(lake.warehouse_path, source.name, table.name)
+        seen = freshness.current(lake.warehouse_uri, source.name, table.name)
         if seen.position is None:
             return dg.AssetCheckResult(
                 passed=False,

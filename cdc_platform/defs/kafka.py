@@ -55,7 +55,7 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
         with profiled(context), retried_if_transient(context):
-            uri = TableRef(RAW, source.name).uri(lake.warehouse_path)
+            uri = TableRef(RAW, source.name).uri(lake.warehouse_uri)
             date = ingests(context.partition_keys)
             if date is None:
                 context.log.info(
@@ -67,13 +67,13 @@ def build_kafka_raw_asset(source: SourceConfig, key: dg.AssetKey) -> dg.AssetsDe
                     metadata={"ingested_records": 0, "ingested": "no (a past date)"}
                     | delta_metadata(uri)
                 )
-            batch = kafka.ingest_kafka(lake.warehouse_path, source, date=date)
+            batch = kafka.ingest_kafka(lake.warehouse_uri, source, date=date)
             if batch.bounded:
                 context.log.info(
                     "more records may be waiting (the batch reached a bound, or a partition's "
                     "end as of the run's start); the sensor requests the next run"
                 )
-            return outputs.kafka_raw(lake.warehouse_path, source, batch).result(context)
+            return outputs.kafka_raw(lake.warehouse_uri, source, batch).result(context)
 
     return raw
 
@@ -107,9 +107,9 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
         ),
     )
     def kafka_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
-        raw = TableRef(RAW, source.name).uri(lake.warehouse_path)
+        raw = TableRef(RAW, source.name).uri(lake.warehouse_uri)
         tick = Tick.start(context.cursor, version(raw))  # recreated: offsets start over
-        waiting = kafka.pending(lake.warehouse_path, source)
+        waiting = kafka.pending(lake.warehouse_uri, source)
         backlog = sum(h - s for parts in waiting.values() for s, h in parts.values())
 
         def make(key: str) -> dg.RunRequest:
@@ -121,7 +121,7 @@ def build_kafka_sensor(source: SourceConfig, job_name: str) -> dg.SensorDefiniti
 
         if not waiting:
             return finish_or_skip(
-                context, tick, job_name, lake.warehouse_path, source, make,
+                context, tick, job_name, lake.warehouse_uri, source, make,
                 "raw has every record of the topics",
             )  # fmt: skip
         if running := run_in_flight(context.instance, job_name):

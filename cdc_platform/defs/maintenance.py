@@ -7,8 +7,6 @@ micro-batch, not with the data. The ``cdc_maintenance`` job runs on the ``mainte
 schedule (daily by default), or when launched from the UI.
 """
 
-from pathlib import Path
-
 import dagster as dg
 
 from cdc_platform import lake
@@ -18,7 +16,7 @@ from cdc_platform.defs.resources import LakeResource
 JOB_NAME = "cdc_maintenance"
 
 
-def maintain_tables(context: dg.OpExecutionContext, warehouse: Path, hours: int) -> dict:
+def maintain_tables(context: dg.OpExecutionContext, warehouse: str, hours: int) -> dict:
     """Maintain every table; a table that fails is named at the end, after the others are done."""
     files = size = upgraded = 0
     failed = {}
@@ -54,7 +52,7 @@ def build_maintenance_defs(config: MaintenanceConfig) -> dg.Definitions:
         ),
     )
     def maintain_op(context: dg.OpExecutionContext, lake: LakeResource) -> dg.Output[None]:
-        return dg.Output(None, metadata=maintain_tables(context, lake.warehouse_path, hours))
+        return dg.Output(None, metadata=maintain_tables(context, lake.warehouse_uri, hours))
 
     @dg.job(name=JOB_NAME, description="Vacuums every table; sets old tables' properties.")
     def maintenance_job() -> None:

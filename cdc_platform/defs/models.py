@@ -101,7 +101,7 @@ def build_model_asset(project: Project, model: Model, cron: str | None) -> dg.As
         with retried_if_transient(context, spark):  # a Spark server restarted under the build
             built = build_model(
                 spark.spark_session,
-                lake.warehouse_path,
+                lake.warehouse_uri,
                 project,
                 model.name,
                 full_refresh=config.full_refresh,
@@ -151,9 +151,7 @@ def build_model_checks(
     ):
         only = {k.name for k in context.selected_asset_check_keys}
         with retried_if_transient(context, spark):
-            outcomes = run_tests(
-                spark.spark_session, lake.warehouse_path, project, model.name, only
-            )
+            outcomes = run_tests(spark.spark_session, lake.warehouse_uri, project, model.name, only)
         for o in outcomes:
             yield dg.AssetCheckResult(
                 asset_key=key,

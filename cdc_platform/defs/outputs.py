@@ -5,7 +5,6 @@ same things."""
 
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import dagster as dg
 import pyarrow.compute as pc
@@ -61,7 +60,7 @@ class Output:
         ]
 
 
-def landing_raw(warehouse: Path, source: SourceConfig, result: IngestResult) -> Output:
+def landing_raw(warehouse: str, source: SourceConfig, result: IngestResult) -> Output:
     uri = TableRef(RAW, source.name).uri(warehouse)
     files = [{"name": f.name, "size": f.size, "mtime_ns": f.mtime_ns} for f in result.files]
     metadata = {
@@ -74,7 +73,7 @@ def landing_raw(warehouse: Path, source: SourceConfig, result: IngestResult) -> 
     return Output(asset_key(RAW, source.name), metadata, uri)
 
 
-def kafka_raw(warehouse: Path, source: SourceConfig, batch: KafkaIngestResult) -> Output:
+def kafka_raw(warehouse: str, source: SourceConfig, batch: KafkaIngestResult) -> Output:
     uri = TableRef(RAW, source.name).uri(warehouse)
     metadata = {
         "ingested_records": batch.records,
@@ -87,7 +86,7 @@ def kafka_raw(warehouse: Path, source: SourceConfig, batch: KafkaIngestResult) -
 
 
 def changelog(
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     tables: list[TableConfig],
     result: NormalizeResult,
@@ -151,7 +150,7 @@ def _event_time(value: datetime | None) -> dict[str, dg.MetadataValue]:
 
 
 def current(
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     table: TableConfig,
     merged: MergeResult,

@@ -5,7 +5,6 @@ starts), so the UI and backfills do not offer years of dates that never held any
 """
 
 import datetime as dt
-from pathlib import Path
 
 import dagster as dg
 
@@ -28,7 +27,7 @@ def _dates(values: list[str]) -> list[dt.date]:
     return found
 
 
-def first_data_date(warehouse: Path, source: SourceConfig, landing_dir: Path | None) -> dt.date:
+def first_data_date(warehouse: str, source: SourceConfig, landing_dir: str | None) -> dt.date:
     """Where the source's data starts: the earliest of its landing ``dt=`` folders (files) and
     of the ingest dates in its raw table (files that left the landing folder, a Kafka source);
     today when there is none, never later than today."""
@@ -43,7 +42,7 @@ def with_start_date(source: SourceConfig, catalog: Catalog) -> SourceConfig:
     if source.start_date is not None:
         return source
     landing_dir = catalog.landing_for(source) if source.transport == "files" else None
-    start = first_data_date(catalog.warehouse_path, source, landing_dir)
+    start = first_data_date(catalog.warehouse_uri, source, landing_dir)
     return source.model_copy(update={"start_date": start})
 
 

@@ -117,7 +117,7 @@ class Validated:
 
 
 def _publish(
-    context: dg.OpExecutionContext, validated: list[Validated], warehouse: Path
+    context: dg.OpExecutionContext, validated: list[Validated], warehouse: str
 ) -> dict[str, dg.MetadataValue]:
     """Data Docs for the validations, in one publish, each page naming the asset, the run and
     the batch; a report that cannot be written never fails the run. Returns each suite's link
@@ -156,7 +156,7 @@ def batch_label(dates: list[str], incremental: bool) -> str:
 
 def validate_changelogs(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     tables: list[TableConfig],
     dates: list[str],
@@ -186,7 +186,7 @@ _BESIDE = ThreadPoolExecutor(1, thread_name_prefix="reconciliation")
 @contextmanager
 def reconciling(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     dates: list[str],
     written: dict[str, list[str]] | None,
@@ -218,7 +218,7 @@ def reconciling(
 
 def validate_current(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     table: TableConfig,
     merged: MergeResult,
@@ -243,7 +243,7 @@ def validate_current(
 def check_results(
     context: dg.OpExecutionContext,
     validated: list[Validated],
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     tables: list[TableConfig],
 ) -> list[dg.AssetCheckResult]:

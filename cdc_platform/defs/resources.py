@@ -1,12 +1,11 @@
 """Resources: the run's Spark session (one lazy session per process) and the lake's paths."""
 
-from pathlib import Path
-
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from cdc_platform.catalog import MASTER_KEY, REMOTE_KEY, Catalog, spark_settings
+from cdc_platform.lake import storage
 from cdc_platform.spark.session import DEFAULT_CONF, get_spark
 
 
@@ -67,12 +66,12 @@ class LakeResource(dg.ConfigurableResource):
     """Landing folders of the sources that have their own ``location``, by source name."""
 
     @property
-    def warehouse_path(self) -> Path:
-        return Path(self.warehouse)
+    def warehouse_uri(self) -> str:
+        return self.warehouse
 
-    def landing_for(self, source: str) -> Path:
+    def landing_for(self, source: str) -> str:
         """The landing folder of ``source``: its own location, else ``<landing>/<source>``."""
-        return Path(self.locations.get(source) or Path(self.landing, source))
+        return self.locations.get(source) or storage.join(self.landing, source)
 
 
 def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
@@ -87,8 +86,8 @@ def build_resources(catalog: Catalog) -> dict[str, dg.ConfigurableResource]:
     return {
         "spark": SparkResource(spark_config=spark_config),
         "lake": LakeResource(
-            warehouse=str(catalog.warehouse_path),
-            landing=str(catalog.landing_path),
-            locations={s.name: str(catalog.landing_for(s)) for s in catalog.sources if s.location},
+            warehouse=catalog.warehouse_uri,
+            landing=catalog.landing_uri,
+            locations={s.name: catalog.landing_for(s) for s in catalog.sources if s.location},
         ),
     }

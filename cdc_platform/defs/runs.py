@@ -11,7 +11,6 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import dagster as dg
 
@@ -130,7 +129,7 @@ def finish_or_skip(
     context: dg.SensorEvaluationContext,
     tick: Tick,
     job_name: str,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     make: Callable[[str], dg.RunRequest],
     reason: str,

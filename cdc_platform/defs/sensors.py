@@ -76,10 +76,10 @@ def build_landing_sensor(
                 skip_reason=f"run {running.run_id[:8]} of {job_name} is queued or running",
                 cursor=SensorCursor.parse(context.cursor).dumps(),
             )
-        raw = TableRef(RAW, source.name).uri(lake.warehouse_path)
+        raw = TableRef(RAW, source.name).uri(lake.warehouse_uri)
         tick = Tick.start(context.cursor, version(raw))  # recreated: files pending again
         pending = pending_landing_files(
-            lake.warehouse_path, source.name, lake.landing_for(source.name)
+            lake.warehouse_uri, source.name, lake.landing_for(source.name)
         )
         valid = set(partitions.get_partition_keys())
         outside = sorted(d for d in pending if d not in valid)
@@ -88,7 +88,7 @@ def build_landing_sensor(
         pending = {d: names for d, names in pending.items() if d in valid}
         if not pending:
             return finish_or_skip(
-                context, tick, job_name, lake.warehouse_path, source,
+                context, tick, job_name, lake.warehouse_uri, source,
                 lambda key: request_for([today().isoformat()], key, 0),
                 "raw holds every landing file"
                 + (f" (dates outside the partitions: {', '.join(outside)})" if outside else ""),

@@ -31,7 +31,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -146,7 +145,7 @@ def _partitions(consumer: Consumer, source: SourceConfig) -> list[tuple[str, int
     )
 
 
-def pending(warehouse: Path, source: SourceConfig) -> dict[str, dict[int, list[int]]]:
+def pending(warehouse: str, source: SourceConfig) -> dict[str, dict[int, list[int]]]:
     """The topic-partitions holding records that raw does not have yet: topic -> partition ->
     [next offset raw would read, high watermark]. Reads the broker's watermarks and the table's
     stored offsets; writes nothing (the sensor calls it on every tick).
@@ -177,7 +176,7 @@ def pending(warehouse: Path, source: SourceConfig) -> dict[str, dict[int, list[i
         consumer.close()
 
 
-def reset_offsets(warehouse: Path, source: SourceConfig, to: str) -> dict[tuple[str, int], int]:
+def reset_offsets(warehouse: str, source: SourceConfig, to: str) -> dict[tuple[str, int], int]:
     """Set the next offset of every topic-partition of the source to the broker's earliest or
     latest, in one (record-less) Delta commit on raw. Records read again after ``earliest`` are
     appended to raw again; the change log and current table absorb them (same sequence, newest
@@ -457,7 +456,7 @@ def _consume(
 
 
 def ingest_kafka(
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     max_records: int | None = None,
     max_bytes: int | None = None,

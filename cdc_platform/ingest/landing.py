@@ -1,4 +1,6 @@
-"""Landing files, the embedded default transport: ``<landing>/<source>/dt=YYYY-MM-DD/*``.
+"""Landing files, the embedded default transport: ``<landing>/<source>/dt=YYYY-MM-DD/*``, in a
+local folder or under an object-store prefix (``lake.storage``): listed by prefix, a folder
+level at a time, and read in ranges, never downloaded whole.
 
 ``*.kafka.jsonl`` lines are Kafka record envelopes ``{"topic","partition","offset","timestamp",
 "key","value"}`` (``value_b64`` for binary payloads, a null value is a tombstone). Any other file is
@@ -11,10 +13,13 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
+
+from cdc_platform.lake import storage
 
 RAW_SCHEMA = pa.schema(
     [
@@ -51,24 +56,55 @@ class LandingError(Exception):
     """A landing file that cannot be read at all (missing, a directory, unreadable)."""
 
 
-def partition_dates(source_dir: Path) -> list[str]:
+@dataclass(frozen=True)
+class Listed:
+    """A landing file as listed: where it is, its name below the source's landing folder, and
+    its size and modification time (from the listing itself: no request per file)."""
+
+    location: str
+    name: str
+    size: int
+    mtime_ns: int
+
+
+def _listing(location: str, recursive: bool) -> list[pafs.FileInfo]:
+    try:
+        fs, path = storage.filesystem(location)
+        return fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
+    except OSError as e:
+        raise LandingError(f"cannot list landing folder {location}: {e}") from None
+
+
+def partition_dates(source_dir: str) -> list[str]:
     """The ``dt=`` folders of a source's landing folder, oldest first."""
-    if not source_dir.is_dir():
-        return []
-    return sorted(m.group(1) for p in source_dir.iterdir() if (m := _DATE_DIR.match(p.name)))
+    return sorted(
+        m.group(1)
+        for info in _listing(str(source_dir), recursive=False)
+        if info.type == pafs.FileType.Directory and (m := _DATE_DIR.match(info.base_name))
+    )
 
 
-def files_for_date(source_dir: Path, date: str) -> list[Path]:
+def files_for_date(source_dir: str, date: str) -> list[Listed]:
     """Message files of one ingest date, in name order (their order is the offset order)."""
-    folder = source_dir / f"dt={date}"
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    source_dir = str(source_dir)
+    folder = storage.join(source_dir, f"dt={date}")
+    below = len(storage.filesystem(folder)[1]) + 1  # a listed path's name below the folder
+    found = [
+        Listed(
+            storage.join(folder, name := info.path[below:]),
+            f"dt={date}/{name}",
+            info.size,
+            info.mtime_ns or 0,
+        )  # fmt: skip
+        for info in _listing(folder, recursive=True)
+        if info.type == pafs.FileType.File and not info.base_name.startswith(".")
+    ]
+    return sorted(found, key=lambda f: f.name)
 
 
-def date_of(path: Path, default: str) -> str:
+def date_of(location: str, default: str) -> str:
     """The ingest date of a file: its ``dt=`` folder, else ``default``."""
-    for part in reversed(path.parts[:-1]):
+    for part in reversed(str(location).split("/")[:-1]):
         if m := _DATE_DIR.match(part):
             return m.group(1)
     return default
@@ -111,11 +147,12 @@ def _envelope(line: bytes) -> dict:
         return {"value": line}
 
 
-def _chunks(path: Path, size: int) -> Iterator[memoryview]:
+def _chunks(location: str, size: int) -> Iterator[memoryview]:
     """A file's bytes about ``size`` at a time, each chunk cut just after a newline (the last one
     ends where the file does). A line longer than ``size`` is read whole: its chunk grows."""
     try:
-        with path.open("rb") as f:
+        fs, path = storage.filesystem(location)
+        with fs.open_input_file(path) as f:
             start, want = 0, size
             while block := f.read(want):
                 cut = len(block)
@@ -129,7 +166,7 @@ def _chunks(path: Path, size: int) -> Iterator[memoryview]:
                 start, want = start + cut, size
                 f.seek(start)
     except OSError as e:
-        raise LandingError(f"cannot read landing file {path}: {e.strerror}") from None
+        raise LandingError(f"cannot read landing file {location}: {e.strerror or e}") from None
 
 
 def _lines(chunk: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, int]:
@@ -203,16 +240,21 @@ def raw_batch(columns: dict[str, pa.Array], count: int) -> pa.RecordBatch:
 
 
 def read_batches(
-    path: Path, ingest_date: str, topic: str, name: str | None = None, chunk_size: int | None = None
+    location: str,
+    ingest_date: str,
+    topic: str,
+    name: str | None = None,
+    chunk_size: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The messages of one landing file as raw Arrow batches, read ``chunk_size`` bytes at a time
     (default ``CHUNK_SIZE``), so memory does not grow with the file. Line numbers count every
     line of the file, blank ones too."""
-    envelope = path.name.endswith(ENVELOPE_SUFFIX)
+    location = str(location)
+    envelope = storage.name(location).endswith(ENVELOPE_SUFFIX)
     date = pa.scalar(dt.date.fromisoformat(ingest_date), pa.date32())
-    file = pa.scalar(name or str(path), pa.string())
+    file = pa.scalar(name or location, pa.string())
     first = 1
-    for view in _chunks(path, chunk_size or CHUNK_SIZE):
+    for view in _chunks(location, chunk_size or CHUNK_SIZE):
         chunk = np.frombuffer(view, dtype=np.uint8)
         starts, ends, numbers, every, lines = _lines(chunk, first)
         first += lines
@@ -261,12 +303,13 @@ def _envelopes(
     return raw_batch(arrays, count)
 
 
-def read_file(path: Path, ingest_date: str, topic: str, name: str | None = None) -> pa.Table:
+def read_file(location: str, ingest_date: str, topic: str, name: str | None = None) -> pa.Table:
     """All messages of one landing file as a raw Arrow table."""
-    return pa.Table.from_batches(list(read_batches(path, ingest_date, topic, name)), RAW_SCHEMA)
+    batches = list(read_batches(location, ingest_date, topic, name))
+    return pa.Table.from_batches(batches, RAW_SCHEMA)
 
 
-def read_files(paths: Iterable[tuple[Path, str]], ingest_date: str, topic: str) -> pa.Table:
+def read_files(paths: Iterable[tuple[str, str]], ingest_date: str, topic: str) -> pa.Table:
     """Several files (path, name to record) of one ingest date, concatenated in the given order."""
     tables = [read_file(p, ingest_date, topic, name) for p, name in paths]
     return pa.concat_tables(tables) if tables else RAW_SCHEMA.empty_table()

@@ -7,12 +7,16 @@ log; Spark reads and writes the data.
 - ``data_files``: Spark's executors write data files; their add actions from the footers;
 - ``commit``: the commit protocol (adds, removes, state, transaction ids, schema changes);
 - ``merge``: MERGE, key replacement and deletes in Spark, copy-on-write;
+- ``storage``: where the bytes live (a local folder or ``s3://``) and the options to reach it;
+- ``arrow_files``: executors' reads and writes of data files through pyarrow (object storage);
+- ``parquet_stats``: a data file's Delta statistics from its footer;
 - ``kafka_offsets``: a Kafka source's raw batches with their offsets;
 - ``landing_files``: a files source's raw, one data file per landing file;
 - ``staging``: frames a step computes once and reads several times, as Parquet;
 - ``vacuum``: deletes the data files no version within the retention names.
 """
 
+from cdc_platform.lake import storage
 from cdc_platform.lake.commit import (
     NORMALIZED_APP,
     ROWS_PER_FILE,
@@ -75,6 +79,7 @@ from cdc_platform.lake.tables import (
     files_added_since,
     files_between,
     files_removed_since,
+    folders,
     head,
     image_types,
     key_span,
@@ -101,13 +106,14 @@ __all__ = [
     "changelog_facts", "changelog_tables", "delete_rows", "describe",
     "exists", "files",
     "files_added_since", "files_between", "files_removed_since",
-    "files_sharing_keys", "head", "image_types", "key_span", "kafka_app_id", "kafka_batches",
+    "files_sharing_keys", "folders", "head", "image_types", "key_span", "kafka_app_id",
+    "kafka_batches",
     "kafka_offsets",
     "kafka_stored_offsets", "max_stat", "normalized_raw_version",
     "overwrite_partitions", "partition_row_counts", "Pin", "properties", "quoted", "read",
     "read_arrow",
     "record_state", "replace", "replace_keys", "rewrite_keys", "row_count", "rows_of_keys",
-    "Staging",
+    "Staging", "storage",
     "may_hold_truncates", "stat_range", "state", "TABLE_PROPERTIES", "TableMoved", "TableRef",
     "TableState", "tables_under", "upgrade_properties", "upsert_newer", "vacuum", "Vacuumed",
     "version",

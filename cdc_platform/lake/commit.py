@@ -29,7 +29,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
 
 from cdc_platform.formats.column_specs import common_type
-from cdc_platform.lake import data_files
+from cdc_platform.lake import data_files, storage
 from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     STATE_KEY,
@@ -37,6 +37,7 @@ from cdc_platform.lake.tables import (
     TableState,
     add_actions,
     exists,
+    open_table,
     read,
     snapshot,
 )
@@ -110,10 +111,10 @@ def commit(
             create_table_with_add_actions(
                 uri, Schema.from_arrow(schema), adds, mode="overwrite" if replace else "error",
                 partition_by=partition_by or None, configuration=TABLE_PROPERTIES,
-                commit_properties=props,
+                storage_options=storage.delta_options(uri), commit_properties=props,
             )  # fmt: skip
         else:
-            dt = DeltaTable(uri, version=read_version)
+            dt = open_table(uri, read_version)
             dt.create_write_transaction(
                 [*(removes or []), *adds], mode="append", schema=dt.schema(),
                 partition_by=dt.metadata().partition_columns, commit_properties=props,
@@ -197,7 +198,7 @@ def evolve(spark: SparkSession, uri: str, incoming: pa.Schema, pin: Pin | None =
     table is at its version, and moves it with each schema commit."""
     if not exists(uri):
         return nullable(incoming)
-    dt = DeltaTable(uri)
+    dt = open_table(uri)
     if pin is not None:
         pin.check(dt.version())
     schema = pa.schema(dt.schema())
@@ -211,7 +212,10 @@ def evolve(spark: SparkSession, uri: str, incoming: pa.Schema, pin: Pin | None =
     if not merged.equals(schema):
         # A commit of the schema alone: delta-rs merges it with no data file written (against
         # the newest version: another writer's commit before it leaves the pin behind).
-        write_deltalake(uri, merged.empty_table(), mode="append", schema_mode="merge")
+        write_deltalake(
+            uri, merged.empty_table(), mode="append", schema_mode="merge",
+            storage_options=storage.delta_options(uri),
+        )  # fmt: skip
         if pin is not None:
             pin.version += 1
     return merged
@@ -431,7 +435,7 @@ def upgrade_properties(uri: str) -> bool:
     """Give a table that an older release created our ``TABLE_PROPERTIES`` (its checkpoint
     interval); True when it lacked them. A commit of its own: a step holding a ``Pin`` on the
     table meanwhile fails with ``TableMoved`` and runs again."""
-    dt = DeltaTable(uri)
+    dt = open_table(uri)
     have = dt.metadata().configuration
     missing = {k: v for k, v in TABLE_PROPERTIES.items() if have.get(k) != v}
     if missing:

@@ -12,11 +12,13 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
+from cdc_platform.lake import storage
 from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     RAW_ROW_GROUP_ROWS,
     TABLE_PROPERTIES,
     exists,
+    open_table,
     snapshot,
 )
 
@@ -44,7 +46,7 @@ def kafka_offsets(
         try:
             DeltaTable.create(
                 uri, schema, mode="ignore", partition_by=[PARTITION_COLUMN],
-                configuration=TABLE_PROPERTIES,
+                configuration=TABLE_PROPERTIES, storage_options=storage.delta_options(uri),
             )  # fmt: skip
         except Exception:  # a concurrent run created it first; delta-rs has no common base class
             if not exists(uri):
@@ -86,14 +88,14 @@ def append_kafka_batch(
         custom_metadata={KAFKA_KEY: json.dumps(metadata)}, app_transactions=txns
     )
     write_deltalake(
-        DeltaTable(uri, version=read_version),
+        open_table(uri, read_version),
         data,
         mode="append",
         schema_mode="merge",
         commit_properties=props,
         writer_properties=_WRITER,
     )
-    return DeltaTable(uri).version()
+    return open_table(uri).version()
 
 
 def kafka_batches(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
@@ -102,6 +104,6 @@ def kafka_batches(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
         return []
     return [
         {**json.loads(c[KAFKA_KEY]), "version": c["version"]}
-        for c in DeltaTable(uri).history(limit)
+        for c in open_table(uri).history(limit)
         if KAFKA_KEY in c
     ]

@@ -17,15 +17,24 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from cdc_platform.lake.tables import PARTITION_COLUMN, RAW_ROW_GROUP_ROWS, TABLE_PROPERTIES, exists
+from cdc_platform.lake import storage
+from cdc_platform.lake.tables import (
+    PARTITION_COLUMN,
+    RAW_ROW_GROUP_ROWS,
+    TABLE_PROPERTIES,
+    absolute_path,
+    exists,
+    local_path,
+    open_table,
+)
 
 LANDING_KEY = "cdc.landing"
 _NAME = re.compile(r"(?:^|/)landing-(\d+)-(\d+)-[0-9a-f]{32}\.parquet$")
@@ -78,7 +87,7 @@ def manifest(uri: str, date: str) -> dict[str, LandingFile] | None:
     if not exists(uri):
         return {}
     found = {}
-    for _, _, file in _rows(_date_actions(DeltaTable(uri), date)):
+    for _, _, file in _rows(_date_actions(open_table(uri), date)):
         if file is None:
             return None
         found[file.name] = file
@@ -146,24 +155,27 @@ def _write(
     """One landing file's rows (``schema``) as one data file in the date's partition folder, its
     batches written as they come."""
     relative = f"{PARTITION_COLUMN}={date}/landing-{file.size}-{file.mtime_ns}-{uuid.uuid4().hex}"
-    path = Path(uri, relative + ".parquet")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    fs, base = storage.filesystem(uri)
+    path = f"{base}/{relative}.parquet"
+    fs.create_dir(f"{base}/{PARTITION_COLUMN}={date}")  # a local folder; nothing in a store
     columns = [f.name for f in schema if f.name != PARTITION_COLUMN]
     stats = _Stats(schema)
     written = (b.select(columns) for b in batches)
     try:
-        with pq.ParquetWriter(path, schema.remove(schema.get_field_index(PARTITION_COLUMN)),
-                              compression="snappy") as writer:  # fmt: skip
-            for rows in _row_groups(written):
-                for batch in rows.to_batches():
-                    stats.add(batch)
-                writer.write_table(rows, row_group_size=_ROW_GROUP)
+        with fs.open_output_stream(path) as stream:
+            with pq.ParquetWriter(stream, schema.remove(schema.get_field_index(PARTITION_COLUMN)),
+                                  compression="snappy") as writer:  # fmt: skip
+                for rows in _row_groups(written):
+                    for batch in rows.to_batches():
+                        stats.add(batch)
+                    writer.write_table(rows, row_group_size=_ROW_GROUP)
+            size = stream.tell()
     except BaseException:
-        path.unlink(missing_ok=True)
+        _delete(fs, path)
         raise
     return AddAction(
         path=relative + ".parquet",
-        size=path.stat().st_size,
+        size=size,
         partition_values={PARTITION_COLUMN: date},
         modification_time=int(time.time() * 1000),
         data_change=True,
@@ -188,8 +200,9 @@ def write(
         for f, batches in files:
             adds.append(_write(uri, date, schema, f, batches))
     except BaseException:  # a landing file that cannot be read: no data file is left behind
+        fs, base = storage.filesystem(uri)
         for add in adds:
-            Path(uri, add.path).unlink(missing_ok=True)
+            _delete(fs, f"{base}/{add.path}")
         raise
     metadata = {
         LANDING_KEY: json.dumps({"date": date, "files": [asdict(f) for f, _ in files]}),
@@ -202,10 +215,11 @@ def write(
             adds,
             partition_by=[PARTITION_COLUMN],
             configuration=TABLE_PROPERTIES,
+            storage_options=storage.delta_options(uri),
             commit_properties=props,
         )
-        return DeltaTable(uri).version()
-    dt = DeltaTable(uri)
+        return open_table(uri).version()
+    dt = open_table(uri)
     removes = []
     now = int(time.time() * 1000)
     for path, size, file in _rows(_date_actions(dt, date)):
@@ -227,7 +241,14 @@ def write(
         [*removes, *adds], mode="append", schema=dt.schema(), partition_by=[PARTITION_COLUMN],
         commit_properties=props,
     )  # fmt: skip
-    return DeltaTable(uri).version()
+    return open_table(uri).version()
+
+
+def _delete(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        return
 
 
 def replaced_names(uri: str, after: int | None, upto: int) -> dict[str, list[str]]:
@@ -235,21 +256,21 @@ def replaced_names(uri: str, after: int | None, upto: int) -> dict[str, list[str
     ``upto`` (re-ingested files, replaced dates): their change records must go too."""
     if after is None:
         return {}
-    gone = set(DeltaTable(uri, version=after).file_uris()) - set(
-        DeltaTable(uri, version=upto).file_uris()
-    )
+    gone = {local_path(f) for f in open_table(uri, after).file_uris()} - {
+        local_path(f) for f in open_table(uri, upto).file_uris()
+    }
     if not gone:
         return {}
     names: dict[str, set[str]] = {}
-    actions = pa.table(DeltaTable(uri, version=after).get_add_actions(flatten=True))
+    actions = pa.table(open_table(uri, after).get_add_actions(flatten=True))
     dates = actions[f"partition.{PARTITION_COLUMN}"].cast(pa.string()).to_pylist()
+    fs, base = storage.filesystem(uri)
     for (path, _, file), date in zip(_rows(actions), dates, strict=True):
-        full = str(Path(uri, path))
-        if full not in gone:
+        if local_path(absolute_path(uri, path)) not in gone:
             continue
         if file is not None:
             names.setdefault(date, set()).add(file.name)
         else:  # a data file of several landing files: its names are in its rows
-            column = pq.read_table(full, columns=["file"])["file"]
+            column = pq.read_table(f"{base}/{path}", columns=["file"], filesystem=fs)["file"]
             names.setdefault(date, set()).update(n for n in pc.unique(column).to_pylist() if n)
     return {d: sorted(n) for d, n in names.items()}

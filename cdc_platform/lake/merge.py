@@ -37,6 +37,7 @@ from cdc_platform.lake.tables import (
     add_actions,
     exists,
     local_path,
+    open_table,
     read,
 )
 from cdc_platform.spark.session import PERSIST_LEVEL
@@ -191,7 +192,7 @@ def candidates(
     span: tuple[Any, Any] | None = None,
 ) -> Candidates:
     """``span``: see ``candidate_files``."""
-    dt = DeltaTable(uri)
+    dt = open_table(uri)
     files = candidate_files(spark, dt, keys, key[0], span)
     sizes = add_actions(dt).select(["path", "num_records"]).to_pylist()
     wanted = set(files)
@@ -228,7 +229,7 @@ def rows_of_keys(
     Only the files that may hold one of the keys are read (``known``, when they were found
     already for this version). ``few``: the keys are sent to the tasks reading the files, and
     the table is not shuffled."""
-    dt = DeltaTable(uri)
+    dt = open_table(uri)
     rows = _targets(spark, uri, dt, keys, key, known)
     have = {*pa.schema(dt.schema()).names, FILE_COLUMN}  # the read's columns, from the log
     chosen = [F.col(f"`{c}`") for c in [*key, *columns, FILE_COLUMN] if c in have]
@@ -240,7 +241,7 @@ def files_sharing_keys(uri: str, files: list[str], column: str) -> list[str]:
     """``files`` (data files of the table's snapshot, as ``lake.files`` names them) and every
     other file of the snapshot whose [min, max] of ``column`` overlaps one of theirs, or that
     has no statistics for it: where a key of ``files`` may also be. From the log alone."""
-    actions = add_actions(DeltaTable(uri))
+    actions = add_actions(open_table(uri))
     paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
     low, high = f"min.{column}", f"max.{column}"
     if not files or not {low, high} <= set(actions.column_names):
@@ -434,7 +435,7 @@ def upsert_newer(
         ]  # fmt: skip
 
     def attempt() -> dict[str, int]:
-        dt = DeltaTable(uri)
+        dt = open_table(uri)
         if pin is not None:
             pin.check(dt.version())
         target = _targets(spark, uri, dt, data, key, known)
@@ -587,7 +588,7 @@ def replace_keys(
     inserted = rows.count() if count is None else count
 
     def attempt() -> tuple[int, int]:
-        dt = DeltaTable(uri)
+        dt = open_table(uri)
         target = _targets(spark, uri, dt, keys, key)
         on = [target[f"`{k}`"].eqNullSafe(wanted[f"`{k}`"]) for k in key]
         marked = target.join(wanted, on, "left").select(
@@ -628,7 +629,7 @@ def rewrite_keys(
     them. Those files are written again without those rows, with ``rows``, in one commit against
     ``version`` recording ``state``: ``replace_keys`` without looking for the keys' rows.
     ``few``: ``keys`` are sent to the tasks reading the files. ``compact``: see ``_rewrite``."""
-    dt = DeltaTable(uri, version=version)
+    dt = open_table(uri, version)
     out = rows
     if held:
         sizes = add_actions(dt).select(["path", "num_records"]).to_pylist()
@@ -662,7 +663,7 @@ def delete_rows(
         return 0
 
     def attempt() -> int:
-        dt = DeltaTable(uri)
+        dt = open_table(uri)
         if pin is not None:
             pin.check(dt.version())
         actions = add_actions(dt)

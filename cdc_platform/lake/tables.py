@@ -10,17 +10,19 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
+
+from cdc_platform.lake import arrow_files, storage
 
 RAW = "raw"
 CHANGELOG = "changelog"
@@ -62,24 +64,34 @@ class TableRef(NamedTuple):
     def key_path(self) -> list[str]:
         return [self.layer, self.source] + ([] if self.table is None else [self.table])
 
-    def uri(self, warehouse: Path) -> str:
-        return str(Path(warehouse, *self.key_path))
+    def uri(self, warehouse: str) -> str:
+        return storage.join(str(warehouse), *self.key_path)
 
 
-def tables_under(warehouse: Path, layer: str, source: str) -> list[str]:
+def folders(location: str) -> list[str]:
+    """The folders directly below ``location`` (none when it does not exist), by name."""
+    fs, path = storage.filesystem(location)
+    listed = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    names = (i.base_name for i in listed if i.type == pafs.FileType.Directory)
+    return sorted(storage.join(location, n) for n in names)
+
+
+def tables_under(warehouse: str, layer: str, source: str) -> list[str]:
     """URIs of the Delta tables of one source in one layer, by name."""
-    folder = Path(warehouse, layer, source)
-    if not folder.is_dir():
-        return []
-    return sorted(str(p) for p in folder.iterdir() if exists(str(p)))
+    return [u for u in folders(storage.join(str(warehouse), layer, source)) if exists(u)]
 
 
-def changelog_tables(warehouse: Path, source: str) -> dict[str, str]:
+def open_table(uri: str, version: int | None = None) -> DeltaTable:
+    """The table at ``uri`` (at ``version``; None: the newest) through the lake's storage."""
+    return DeltaTable(uri, version=version, storage_options=storage.delta_options(uri))
+
+
+def changelog_tables(warehouse: str, source: str) -> dict[str, str]:
     """The tables normalization has routed for ``source`` so far: change-log table name -> the
     qualified name its messages carry (``db[.schema].table``)."""
     found = {}
     for uri in tables_under(warehouse, CHANGELOG, source):
-        name = Path(uri).name
+        name = storage.name(uri)
         found[name] = state(uri).qualified or name
     return found
 
@@ -118,7 +130,7 @@ class ChangelogFacts(NamedTuple):
     types: dict[str, str]  # image column -> Spark SQL type
 
 
-def changelog_facts(warehouse: Path, source: str) -> dict[str, ChangelogFacts]:
+def changelog_facts(warehouse: str, source: str) -> dict[str, ChangelogFacts]:
     """Key and image column types of ``source``'s change-log tables, by qualified name."""
     return {
         st.qualified: ChangelogFacts(st.key, image_types(uri))
@@ -134,9 +146,9 @@ class _Snapshots(threading.local):
     KEPT = 64
 
     def __init__(self) -> None:
-        self.held: OrderedDict[str, tuple[DeltaTable, os.stat_result]] = OrderedDict()
+        self.held: OrderedDict[str, tuple[DeltaTable, tuple]] = OrderedDict()
 
-    def keep(self, uri: str, dt: DeltaTable, seen: os.stat_result) -> None:
+    def keep(self, uri: str, dt: DeltaTable, seen: tuple) -> None:
         self.held[uri] = (dt, seen)
         self.held.move_to_end(uri)
         while len(self.held) > self.KEPT:
@@ -146,19 +158,27 @@ class _Snapshots(threading.local):
 _SNAPSHOTS = _Snapshots()
 
 
-def _commit_file(uri: str, version: int) -> str:
-    return os.path.join(uri, "_delta_log", f"{version:020d}.json")
+def _commit_stamp(uri: str, version: int) -> tuple:
+    """What tells one commit file of the table from another of the same name (a table made
+    anew): inode, modification time and size on disk; modification time and size in a store.
+    OSError when the file is gone."""
+    path = storage.join(uri, "_delta_log", f"{version:020d}.json")
+    if not storage.is_remote(uri):
+        st = os.stat(path)
+        return st.st_ino, st.st_mtime_ns, st.st_size
+    fs, key = storage.filesystem(path)
+    info = fs.get_file_info(key)
+    if info.type != pafs.FileType.File:
+        raise FileNotFoundError(path)
+    return info.mtime_ns, info.size
 
 
-def _still(uri: str, dt: DeltaTable, seen: os.stat_result) -> bool:
+def _still(uri: str, dt: DeltaTable, seen: tuple) -> bool:
     """Whether ``dt``'s commit is still in the table's log (not a table made anew since)."""
     try:
-        now = os.stat(_commit_file(uri, dt.version()))
+        return _commit_stamp(uri, dt.version()) == seen
     except OSError:
         return False
-    return (now.st_ino, now.st_mtime_ns, now.st_size) == (
-        seen.st_ino, seen.st_mtime_ns, seen.st_size,
-    )  # fmt: skip
 
 
 def snapshot(uri: str) -> DeltaTable:
@@ -177,9 +197,9 @@ def snapshot(uri: str) -> DeltaTable:
         except Exception:  # the commits since are gone (log cleanup): load it anew
             dt = None
     if dt is None:
-        dt = DeltaTable(uri)
+        dt = open_table(uri)
     try:
-        _SNAPSHOTS.keep(uri, dt, os.stat(_commit_file(uri, dt.version())))
+        _SNAPSHOTS.keep(uri, dt, _commit_stamp(uri, dt.version()))
     except OSError:
         _SNAPSHOTS.held.pop(uri, None)
     return dt
@@ -188,12 +208,14 @@ def snapshot(uri: str) -> DeltaTable:
 def _at(uri: str, version: int | None) -> DeltaTable:
     """The table at ``version`` (None: the newest), from the snapshot when it is that one."""
     dt = snapshot(uri)
-    return dt if version is None or version == dt.version() else DeltaTable(uri, version=version)
+    return dt if version is None or version == dt.version() else open_table(uri, version)
 
 
 def exists(uri: str) -> bool:
     held = _SNAPSHOTS.held.get(uri)
-    return (held is not None and _still(uri, *held)) or DeltaTable.is_deltatable(uri)
+    if held is not None and _still(uri, *held):
+        return True
+    return DeltaTable.is_deltatable(uri, storage_options=storage.delta_options(uri))
 
 
 def version(uri: str) -> int | None:
@@ -217,12 +239,16 @@ def add_actions(dt: DeltaTable) -> pa.Table:
 
 
 def local_path(name: str) -> str:
-    """A data file's absolute path from a name ``files`` gives (or a ``file://`` URI)."""
-    return os.path.abspath(name.removeprefix("file://"))
+    """A data file's name as ``files`` gives it (a local absolute path, or its URI in a store)
+    from any name of it (a ``file://`` URI)."""
+    return name if storage.is_remote(name) else os.path.abspath(name.removeprefix("file://"))
 
 
 def absolute_path(uri: str, relative: str) -> str:
-    """A data file's absolute path from its path in the log (relative to the table)."""
+    """A data file's name as ``files`` gives it from its path in the log (relative to the
+    table)."""
+    if storage.is_remote(uri):
+        return storage.join(uri, unquote(relative))
     return os.path.join(os.path.abspath(uri), unquote(relative))
 
 
@@ -240,6 +266,12 @@ def read(
     if not paths:
         empty = spark.createDataFrame([], schema)
         return empty.withColumn(FILE_COLUMN, F.lit(None).cast("string")) if with_file else empty
+    if storage.is_remote(uri):
+        names = [storage.relative(p, uri) for p in paths]
+        partitions = dt.metadata().partition_columns
+        return arrow_files.read(
+            spark, uri, names, arrow, partitions, FILE_COLUMN if with_file else None
+        )
     # Read with the table's schema, not one merged from the files' footers (a round trip that
     # opens them, half of a small read's time): a file written before a column was added reads
     # it as null, and the partition values in the paths get the schema's types. Spark puts the
@@ -273,9 +305,11 @@ def head(
     partitioning = ds.partitioning(
         pa.schema([f for f in schema if f.name in columns]), flavor="hive"
     )
+    fs, base = storage.filesystem(uri)
+    names = [f"{base}/{storage.relative(local_path(f), uri)}" for f in only_files]
     dataset = ds.dataset(
-        [local_path(f) for f in only_files], schema=schema, format="parquet",
-        partitioning=partitioning, partition_base_dir=os.path.abspath(uri),
+        names, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning,
+        partition_base_dir=base,
     )  # fmt: skip
     return dataset.head(rows, filter=where)
 
@@ -348,7 +382,7 @@ def files_removed_since(uri: str, since_version: int) -> list[str] | None:
         return None
     now = set(files(uri))
     removed = [f for f in before if f not in now]
-    if any("://" not in f and not Path(f).exists() for f in removed):
+    if any(not storage.is_remote(f) and not os.path.exists(f) for f in removed):
         return None
     return removed
 

@@ -11,15 +11,14 @@ delta-rs lists what to delete (its dry run) and we delete it: its own vacuum com
 fails that step, so a daily vacuum would fail a live micro-batch now and then.
 """
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from deltalake import DeltaTable
+import pyarrow.fs as pafs
 
+from cdc_platform.lake import storage
 from cdc_platform.lake.data_files import STAGING_PREFIX
 from cdc_platform.lake.staging import STAGING
-from cdc_platform.lake.tables import exists
+from cdc_platform.lake.tables import exists, folders, open_table
 
 
 @dataclass(frozen=True)
@@ -36,42 +35,48 @@ def vacuum(uri: str, retention_hours: int) -> Vacuumed:
     written but not yet committed go too."""
     if not exists(uri):
         return Vacuumed(0, 0)
-    listed = DeltaTable(uri).vacuum(
+    listed = open_table(uri).vacuum(
         retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False,
         full=True,
     )  # fmt: skip
-    root, files, size = Path(uri), 0, 0
+    fs, root = storage.filesystem(uri)
+    files, size = 0, 0
     for relative in listed:
-        path = root / relative
-        try:
-            size += path.stat().st_size
-            path.unlink()
-        except FileNotFoundError:  # another vacuum got there first
+        path = f"{root}/{relative}"
+        info = fs.get_file_info(path)
+        if info.type != pafs.FileType.File:  # another vacuum got there first
             continue
+        try:
+            fs.delete_file(path)
+        except FileNotFoundError:
+            continue
+        size += info.size
         files += 1
-        if relative.startswith(STAGING_PREFIX):
-            _remove_empty_folders(path.parent, root)
+        if relative.startswith(STAGING_PREFIX) and not storage.is_remote(uri):
+            _remove_empty_folders(fs, path.rsplit("/", 1)[0], root)
     return Vacuumed(files, size)
 
 
-def _remove_empty_folders(folder: Path, root: Path) -> None:
+def _remove_empty_folders(fs: pafs.FileSystem, folder: str, root: str) -> None:
     """Remove ``folder`` and its parents below ``root`` while they are empty: a crashed write's
-    folder, which no writer uses (a partition folder may be a live write's destination)."""
+    folder, which no writer uses (a partition folder may be a live write's destination). A
+    store has no folders to remove."""
     while folder != root:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty
+        if fs.get_file_info(pafs.FileSelector(folder)):
             return
-        folder = folder.parent
+        fs.delete_dir(folder)
+        folder = folder.rsplit("/", 1)[0]
 
 
-def all_tables(warehouse: Path) -> list[str]:
+def all_tables(warehouse: str) -> list[str]:
     """Every Delta table under ``warehouse`` (each layer's and the models'), by path."""
     found = []
-    for folder, subfolders, _ in os.walk(warehouse):
-        if "_delta_log" in subfolders:
-            found.append(folder)
-            subfolders.clear()  # a table holds no table
+    pending = [str(warehouse)]
+    while pending:
+        folder = pending.pop()
+        below = folders(folder)
+        if any(storage.name(f) == "_delta_log" for f in below):
+            found.append(folder)  # a table holds no table
         else:
-            subfolders[:] = sorted(s for s in subfolders if s != STAGING)
+            pending += [f for f in below if storage.name(f) != STAGING]
     return sorted(found)

@@ -11,7 +11,6 @@
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -41,11 +40,11 @@ class BuildResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def model_uri(warehouse: Path, name: str) -> str:
+def model_uri(warehouse: str, name: str) -> str:
     return lake.TableRef(lake.MODELS, name).uri(warehouse)
 
 
-def _lake_uri(warehouse: Path, relation: Relation) -> str:
+def _lake_uri(warehouse: str, relation: Relation) -> str:
     return lake.TableRef(relation.layer, relation.source or "", relation.table).uri(warehouse)
 
 
@@ -57,7 +56,7 @@ def _exposed(relation: Relation, df: DataFrame) -> DataFrame:
 
 
 def relation_frame(
-    spark: SparkSession, warehouse: Path, project: Project, relation: Relation
+    spark: SparkSession, warehouse: str, project: Project, relation: Relation
 ) -> DataFrame:
     """All rows of a model or lake table, as a model sees them now."""
     if relation.is_model:
@@ -68,7 +67,7 @@ def relation_frame(
     return _exposed(relation, df)
 
 
-def model_frame(spark: SparkSession, warehouse: Path, project: Project, name: str) -> DataFrame:
+def model_frame(spark: SparkSession, warehouse: str, project: Project, name: str) -> DataFrame:
     """A model's rows: a view's SQL computed now, or the table as last built."""
     model = project.models[name]
     if model.materialized == "view":
@@ -100,7 +99,7 @@ def _changed_rows(
 
 def _register(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     project: Project,
     model: Model,
     marks: dict[str, Any] | None,
@@ -136,7 +135,7 @@ def _register(
 
 
 def build_model(
-    spark: SparkSession, warehouse: Path, project: Project, name: str, full_refresh: bool = False
+    spark: SparkSession, warehouse: str, project: Project, name: str, full_refresh: bool = False
 ) -> BuildResult:
     """Build one model from its inputs as they are now (the models it reads must be built)."""
     build_order(project)  # fails on a cycle

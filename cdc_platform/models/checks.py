@@ -5,7 +5,6 @@ is empty. The counts and a few values are the evidence a Dagster asset check sho
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession, Window
@@ -66,7 +65,7 @@ def failing_values_sql(project: Project, model_name: str, test: ModelTest) -> st
 
 def run_tests(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     project: Project,
     model_name: str,
     only: set[str] | None = None,

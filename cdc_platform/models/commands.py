@@ -20,7 +20,7 @@ from cdc_platform.models.project import (
 )
 
 
-def open_project(catalog: Catalog, warehouse: Path, models_dir: Path | None) -> Project:
+def open_project(catalog: Catalog, warehouse: str, models_dir: Path | None) -> Project:
     folder = models_dir or default_models_dir(catalog.base_dir)
     return load_project(folder, catalog_tables(catalog, warehouse))
 
@@ -38,7 +38,7 @@ def compile_models(
 
 def run_models(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     project: Project,
     names: list[str] | None,
     full_refresh: bool = False,
@@ -56,7 +56,7 @@ def run_models(
 
 
 def run_model_tests(
-    spark: SparkSession, warehouse: Path, project: Project, names: list[str] | None
+    spark: SparkSession, warehouse: str, project: Project, names: list[str] | None
 ) -> Iterator[dict[str, Any]]:
     """Run the selected models' YAML tests; one result each."""
     for name in select(project, names):

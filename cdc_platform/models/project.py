@@ -342,12 +342,12 @@ def _test(env: jinja2.Environment, project: Project, path: Path, column: str, sp
     return test
 
 
-def catalog_tables(catalog: Catalog, warehouse: Path | None = None) -> set[tuple[str, str, str]]:
+def catalog_tables(catalog: Catalog, warehouse: str | None = None) -> set[tuple[str, str, str]]:
     """The lake tables of a catalog that ``ref``/``source`` may name: every declared table, and
     those routed into the warehouse without a declaration, as current and change-log tables."""
     found = set()
     for source in catalog.sources:
-        routed = lake.changelog_tables(warehouse or catalog.warehouse_path, source.name)
+        routed = lake.changelog_tables(warehouse or catalog.warehouse_uri, source.name)
         for table in source.with_found(routed):
             found |= {(layer, source.name, table.name) for layer in SOURCE_LAYERS}
     return found

@@ -12,7 +12,7 @@ from cdc_platform.quality.validate import SuiteRun
 from cdc_platform.steps.redrive import RedriveResult, redrive
 
 
-def warehouse_sources(warehouse: Path, sources_file: Path | None) -> list[SourceConfig]:
+def warehouse_sources(warehouse: str, sources_file: Path | None) -> list[SourceConfig]:
     """Every source with tables in the warehouse, configured by the sources file when it names
     it (given, else ``CDC_SOURCES`` or ./sources.yaml if present), else with defaults."""
     catalog: Catalog | None = None
@@ -20,14 +20,18 @@ def warehouse_sources(warehouse: Path, sources_file: Path | None) -> list[Source
     if sources_file is not None or path.is_file():
         catalog = load_catalog(path)
     names = sorted(
-        {p.name for layer in (lake.RAW, lake.QUARANTINE) for p in (warehouse / layer).glob("*")}
+        {
+            lake.storage.name(f)
+            for layer in (lake.RAW, lake.QUARANTINE)
+            for f in lake.folders(lake.storage.join(warehouse, layer))
+        }
     )
     configured = {s.name: s for s in catalog.sources} if catalog else {}
     return [configured.get(n) or SourceConfig(name=n) for n in names]
 
 
 def quality_report(
-    spark: SparkSession, warehouse: Path, out: Path, sources_file: Path | None = None
+    spark: SparkSession, warehouse: str, out: Path, sources_file: Path | None = None
 ) -> tuple[Path, list[SuiteRun]]:
     """Validate every change log (all partitions), reconciliation and current table of the
     warehouse and build the whole Data Docs site in ``out``."""
@@ -40,7 +44,7 @@ def quality_report(
 
     for source in warehouse_sources(warehouse, sources_file):
         for uri in lake.tables_under(warehouse, lake.CHANGELOG, source.name):
-            table = Path(uri).name
+            table = lake.storage.name(uri)
             run = validations.validate_changelog(spark, warehouse, source, table, None)
             add(run, lake.CHANGELOG, source.name, table)
             for run in validations.validate_current(spark, warehouse, source, table):
@@ -55,7 +59,7 @@ def quality_report(
 
 def redrive_all(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     reason: str | None,
     source: str | None,
     sources_file: Path | None = None,

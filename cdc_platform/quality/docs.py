@@ -20,6 +20,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from cdc_platform.lake import storage
 from cdc_platform.quality import pages, vendor
 from cdc_platform.quality.validate import SuiteRun
 
@@ -39,9 +40,13 @@ class Subject:
     details: dict[str, Any] = field(default_factory=dict)  # more on the batch (Batch Spec)
 
 
-def reports_dir(warehouse: Path) -> Path:
+def reports_dir(warehouse: str) -> Path:
     """``CDC_REPORTS``, else ``reports`` beside the warehouse (``var/reports`` in the demo)."""
-    return Path(os.environ.get("CDC_REPORTS") or Path(warehouse).resolve().parent / "reports")
+    if os.environ.get("CDC_REPORTS"):
+        return Path(os.environ["CDC_REPORTS"])
+    # Beside a local warehouse; a warehouse in a store keeps them in var/ here.
+    base = Path("var") if storage.is_remote(str(warehouse)) else Path(warehouse).parent
+    return base.resolve() / "reports"
 
 
 def site_dir(reports: Path) -> Path:

@@ -6,7 +6,6 @@ columns, sequence, raw coordinates), so validating costs little next to the writ
 
 from collections.abc import Iterator
 from functools import reduce
-from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -35,7 +34,7 @@ def _read(
 
 def changelog_frame(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     table: str,
     dates: list[str] | None,
@@ -75,7 +74,7 @@ def coordinate_key() -> Column:
 
 def _outputs(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     dates: list[str] | None,
     written: dict[str, list[str]] | None,
@@ -103,7 +102,7 @@ def _coordinates() -> list[Column]:
 
 def reconciliation_frame(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     dates: list[str] | None,
     written: dict[str, list[str]] | None = None,
@@ -152,7 +151,7 @@ def reconciliation_frame(
 
 def current_frame(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     table: str,
     key: list[str],

@@ -4,7 +4,6 @@ Shared by the Dagster checks (``defs/quality.py``) and ``cdc-platform quality-re
 """
 
 import datetime as dt
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -42,7 +41,7 @@ def before_formats(quality: QualityConfig) -> list[str]:
 
 def validate_changelog(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     table: str,
     dates: list[str] | None,
@@ -71,7 +70,7 @@ def validate_changelog(
 
 def validate_reconciliation(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     dates: list[str] | None,
     written: dict[str, list[str]] | None = None,
@@ -94,7 +93,7 @@ def validate_reconciliation(
 
 def validate_current(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     table: str,
     merge: dict[str, int] | None = None,

@@ -76,7 +76,7 @@ class NormalizeResult:
 
 def normalize_source(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     dates: list[str],
 ) -> NormalizeResult:
@@ -97,7 +97,7 @@ def normalize_source(
 
 def normalize_new(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     upto: int | None = None,
 ) -> NormalizeResult:
@@ -165,7 +165,7 @@ def _delete_landing_rows(
     return lake.delete_rows(spark, uri, gone, only_dates=sorted(names_by_date))
 
 
-def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
+def _normalize_outputs(warehouse: str, source: SourceConfig) -> list[str]:
     """Every table a normalize step of ``source`` writes (that exists)."""
     return [
         *lake.tables_under(warehouse, lake.CHANGELOG, source.name),
@@ -180,7 +180,7 @@ def _normalize_outputs(warehouse: Path, source: SourceConfig) -> list[str]:
 
 def _normalize(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     raw: DataFrame,
     raw_version: int,
@@ -332,7 +332,7 @@ def _utc(micros: int | None) -> datetime | None:
 
 
 def _write_ddl_log(
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     ddl: DataFrame,
     statements: int,

@@ -6,7 +6,6 @@ backfills leave the same tables as a rebuild."""
 import functools
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -114,7 +113,7 @@ def _rebuild_keys(
 
 def merge_current(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     table: str,
     full_refresh: bool = False,
@@ -346,7 +345,7 @@ def _counts(spark: SparkSession, cur_uri: str, state: lake.TableState) -> tuple[
 
 def current_rows(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     table: str,
     only_files: list[str] | None = None,

@@ -3,7 +3,6 @@ removed files touch."""
 
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 from deltalake.exceptions import CommitFailedError
@@ -32,7 +31,7 @@ class HistoryResult:
 
 def update_history(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: str,
     table: TableConfig,
     full_refresh: bool = False,
@@ -63,7 +62,7 @@ class _Moved(Exception):
 
 
 def _update(
-    spark: SparkSession, warehouse: Path, source: str, table: TableConfig, full_refresh: bool
+    spark: SparkSession, warehouse: str, source: str, table: TableConfig, full_refresh: bool
 ) -> HistoryResult:
     cl_uri = lake.TableRef(lake.CHANGELOG, source, table.name).uri(warehouse)
     h_uri = lake.TableRef(lake.HISTORY, source, table.name).uri(warehouse)

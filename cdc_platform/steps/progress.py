@@ -3,13 +3,11 @@ versions not merged into a current or history table. A run that died after its r
 -9, a lost machine, a step that failed for good) leaves the source so; the sensors ask for a run
 that finishes it even when no new data comes. Delta logs only, no Spark."""
 
-from pathlib import Path
-
 from cdc_platform import lake
 from cdc_platform.catalog import SourceConfig
 
 
-def unfinished(warehouse: Path, source: SourceConfig) -> str | None:
+def unfinished(warehouse: str, source: SourceConfig) -> str | None:
     """What the outputs of ``source`` lack (as text naming the versions, so that one state
     reads the same every time), or None when every output has all of its input."""
     behind = []

@@ -8,13 +8,13 @@ landing folder stays in raw until its date is replaced.
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from cdc_platform import lake
 from cdc_platform.ingest import landing
-from cdc_platform.lake import landing_files
+from cdc_platform.lake import landing_files, storage
 from cdc_platform.lake.landing_files import LandingFile
 
 
@@ -27,42 +27,46 @@ class IngestResult:
     replaced_dates: list[str] = field(default_factory=list)  # written whole
 
 
-def _listing(landing_dir: Path, date: str) -> list[tuple[Path, LandingFile]]:
+def _listing(landing_dir: str, date: str) -> list[tuple[str, LandingFile]]:
     """The date's landing files with their size and mtime, taken before they are read: a file
     that grows meanwhile differs from what was recorded and is read again next time."""
-    found = []
-    for path in landing.files_for_date(landing_dir, date):
-        st = path.stat()
-        name = str(path.relative_to(landing_dir))
-        found.append((path, LandingFile(name, st.st_size, st.st_mtime_ns)))
-    return found
+    return [
+        (f.location, LandingFile(f.name, f.size, f.mtime_ns))
+        for f in landing.files_for_date(landing_dir, date)
+    ]
 
 
 def _pending(
-    listing: list[tuple[Path, LandingFile]], held: dict[str, LandingFile] | None
-) -> list[tuple[Path, LandingFile]]:
+    listing: list[tuple[str, LandingFile]], held: dict[str, LandingFile] | None
+) -> list[tuple[str, LandingFile]]:
     if held is None:  # the date's raw predates file tracking: all of it is read again
         return listing
     return [(p, f) for p, f in listing if held.get(f.name) != f]
 
 
-def pending_landing_files(warehouse: Path, source: str, landing_dir: Path) -> dict[str, list[str]]:
+def pending_landing(warehouse: str, source: str, landing_dir: str) -> dict[str, list[LandingFile]]:
     """Per landing date, the files raw does not hold as they are now (new, grown, rewritten)."""
     uri = lake.TableRef(lake.RAW, source).uri(warehouse)
     pending = {}
     for date in landing.partition_dates(landing_dir):
         found = _pending(_listing(landing_dir, date), landing_files.manifest(uri, date))
         if found:
-            pending[date] = [f.name for _, f in found]
+            pending[date] = [f for _, f in found]
     return pending
 
 
+def pending_landing_files(warehouse: str, source: str, landing_dir: str) -> dict[str, list[str]]:
+    """``pending_landing``'s files by name."""
+    pending = pending_landing(warehouse, source, landing_dir)
+    return {d: [f.name for f in files] for d, files in pending.items()}
+
+
 def _write(
-    uri: str, source: str, date: str, files: list[tuple[Path, LandingFile]], whole_date: bool
+    uri: str, source: str, date: str, files: list[tuple[str, LandingFile]], whole_date: bool
 ) -> int:
     rows = 0
 
-    def batches(path: Path, file: LandingFile) -> Iterator[pa.RecordBatch]:
+    def batches(path: str, file: LandingFile) -> Iterator[pa.RecordBatch]:
         nonlocal rows
         for batch in landing.read_batches(path, date, topic=source, name=file.name):
             rows += batch.num_rows
@@ -74,7 +78,7 @@ def _write(
 
 
 def ingest_landing(
-    warehouse: Path, source: str, landing_dir: Path, dates: list[str], whole_date: bool = False
+    warehouse: str, source: str, landing_dir: str, dates: list[str], whole_date: bool = False
 ) -> IngestResult:
     """The landing files of ``dates`` -> raw: the pending ones (``whole_date``: every file, the
     date's raw replaced)."""
@@ -95,15 +99,15 @@ def ingest_landing(
 
 
 def ingest_files(
-    warehouse: Path, source: str, files: list[tuple[Path, str]], date: str, whole_date: bool
+    warehouse: str, source: str, files: list[tuple[str, str]], date: str, whole_date: bool
 ) -> int:
-    """Given files (path, name to record) of one ingest date -> raw (the ``replay`` command):
-    ``whole_date`` replaces the date, else the rows of these names."""
+    """Given files (location, name to record) of one ingest date -> raw (the ``replay``
+    command): ``whole_date`` replaces the date, else the rows of these names."""
     listed = []
     for path, name in files:
-        try:
-            st = path.stat()
-        except OSError as e:
-            raise landing.LandingError(f"cannot read landing file {path}: {e.strerror}") from None
-        listed.append((path, LandingFile(name, st.st_size, st.st_mtime_ns)))
+        fs, at = storage.filesystem(str(path))
+        info = fs.get_file_info(at)
+        if info.type != pafs.FileType.File:
+            raise landing.LandingError(f"cannot read landing file {path}: not a file")
+        listed.append((str(path), LandingFile(name, info.size, info.mtime_ns)))
     return _write(lake.TableRef(lake.RAW, source).uri(warehouse), source, date, listed, whole_date)

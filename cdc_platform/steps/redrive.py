@@ -13,7 +13,6 @@ quarantined because its partner was missing is redriven alone, so it stays unpai
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -48,7 +47,7 @@ def _replace_by_sequence(
 
 def redrive(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     reason: str | None = None,
     merge: bool = True,
@@ -102,7 +101,7 @@ def _requarantine(spark: SparkSession, uri: str, still_bad: DataFrame, selected:
 
 def _write_outputs(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     source: SourceConfig,
     normalized: Normalized,
     result: RedriveResult,

@@ -14,7 +14,7 @@ from cdc_platform.steps.raw import ingest_files
 
 def replay(
     spark: SparkSession,
-    warehouse: Path,
+    warehouse: str,
     files: list[Path],
     source: SourceConfig,
     default_date: str,
@@ -25,7 +25,9 @@ def replay(
     """
     by_date: dict[str, list[tuple[Path, str]]] = {}
     for f in files:
-        by_date.setdefault(landing.date_of(f, default_date), []).append((f, str(f.resolve())))
+        by_date.setdefault(landing.date_of(str(f), default_date), []).append(
+            (str(f), str(f.resolve()))
+        )
     for date, group in sorted(by_date.items()):
         ingest_files(warehouse, source.name, group, date, whole_date=False)
     result = normalize_source(spark, warehouse, source, sorted(by_date))

@@ -70,11 +70,11 @@ class _Shop:
     def ingest(self, dates: list[str]) -> None:
         """What the requested run's raw step does (incremental: only the pending files)."""
         landing = self.catalog.landing_for(self.catalog.source("shop"))
-        ingest_landing(self.catalog.warehouse_path, "shop", landing, dates)
+        ingest_landing(self.catalog.warehouse_uri, "shop", landing, dates)
 
 
 def test_one_incremental_run_for_the_pending_files_then_nothing_until_new_files(catalog, instance):
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     shop = _Shop(catalog, instance)
 
     first = shop.tick(None)
@@ -88,12 +88,12 @@ def test_one_incremental_run_for_the_pending_files_then_nothing_until_new_files(
     assert shop.tick(None).run_requests[0].run_key == request.run_key  # same state, same key
 
     shop.ingest([DAY])  # the run did its work: raw holds every file
-    mark_normalized(catalog.warehouse_path, "shop")  # ... and its change log too
+    mark_normalized(catalog.warehouse_uri, "shop")  # ... and its change log too
     done = shop.tick(first.cursor)
     assert done.run_requests == [] and "raw holds every landing file" in _reason(done)
     assert SensorCursor.parse(done.cursor).raw_version is not None
 
-    write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=1, date=DAY)
     (later,) = shop.tick(done.cursor).run_requests
     assert later.partition_key == DAY and later.run_key != request.run_key
     assert later.tags["cdc/pending_files"] == "1"  # only the new file
@@ -102,7 +102,7 @@ def test_one_incremental_run_for_the_pending_files_then_nothing_until_new_files(
 def test_a_run_that_died_after_its_raw_commit_is_finished_by_one_more_run(catalog, instance):
     """Raw holds every file but a run died before its outputs had them (kill -9 in normalize):
     with no new file to bring the next run, the sensor asks for one that finishes them, once."""
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     shop = _Shop(catalog, instance)
     first = shop.tick(None)
     shop.ingest([DAY])  # the requested run's raw commit; then it died
@@ -117,7 +117,7 @@ def test_a_run_that_died_after_its_raw_commit_is_finished_by_one_more_run(catalo
     assert shop.tick(None).run_requests == []
     instance.report_run_failed(instance.get_run_by_id(run.run_id))
 
-    mark_normalized(catalog.warehouse_path, "shop", version=0)  # the finishing run did its work
+    mark_normalized(catalog.warehouse_uri, "shop", version=0)  # the finishing run did its work
     done = shop.tick(first.cursor)
     assert done.run_requests == [] and "raw holds every landing file" in _reason(done)
 
@@ -133,7 +133,7 @@ def _add_run(instance: dg.DagsterInstance, job: dg.JobDefinition, status) -> dg.
 
 
 def test_no_request_while_a_run_of_the_job_is_queued_or_started(catalog, instance):
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     shop = _Shop(catalog, instance)
     run = _add_run(instance, shop.job, dg.DagsterRunStatus.QUEUED)
     queued = shop.tick(None)
@@ -150,12 +150,12 @@ def test_no_request_while_a_run_of_the_job_is_queued_or_started(catalog, instanc
 
 
 def test_pending_files_on_several_dates_are_one_run_over_their_range(catalog, instance):
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     shop = _Shop(catalog, instance)
     shop.ingest([DAY])
     third = (dt.date.fromisoformat(DAY) + dt.timedelta(days=2)).isoformat()
-    write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
-    write_demo_traffic(catalog.landing_path, batch=2, date=third)
+    write_demo_traffic(catalog.landing_uri, batch=1, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=2, date=third)
 
     (request,) = shop.tick(None).run_requests
     assert request.partition_key is None
@@ -167,14 +167,14 @@ def test_pending_files_on_several_dates_are_one_run_over_their_range(catalog, in
 
 
 def test_dates_before_the_partitions_are_logged_and_skipped(catalog, instance):
-    write_demo_traffic(catalog.landing_path, batch=0, date=today().isoformat())
+    write_demo_traffic(catalog.landing_uri, batch=0, date=today().isoformat())
     shop = _Shop(catalog, instance)  # partitions start today
-    write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=1, date=DAY)
 
     (request,) = shop.tick(None).run_requests
     assert request.partition_key == today().isoformat()
     shop.ingest([today().isoformat()])
-    mark_normalized(catalog.warehouse_path, "shop")
+    mark_normalized(catalog.warehouse_uri, "shop")
     skipped = shop.tick(None)
     assert skipped.run_requests == []
     assert f"outside the partitions: {DAY}" in _reason(skipped)
@@ -187,12 +187,12 @@ def test_the_sensor_reads_the_landing_folder_of_the_lake_resource(catalog, insta
     assert shop.tick(None).run_requests == []  # nothing under the catalog's landing folder
 
     lake = LakeResource(
-        warehouse=str(catalog.warehouse_path),
-        landing=str(catalog.landing_path),
+        warehouse=str(catalog.warehouse_uri),
+        landing=str(catalog.landing_uri),
         locations={"shop": str(elsewhere / "shop")},
     )
-    assert lake.landing_for("shop") == elsewhere / "shop"
-    assert lake.landing_for("lindorm") == catalog.landing_path / "lindorm"
+    assert lake.landing_for("shop") == str(elsewhere / "shop")
+    assert lake.landing_for("lindorm") == f"{catalog.landing_uri}/lindorm"
     (request,) = shop.tick(None, lake=lake).run_requests
     assert request.partition_key == today().isoformat()
 
@@ -238,11 +238,11 @@ def test_partitions_start_at_the_earliest_landing_date_unless_configured(tmp_pat
 def test_partitions_start_at_raws_first_date_when_the_landing_files_are_gone(tmp_path, own_paths):
     catalog = load_catalog(_catalog_file(tmp_path, location="landing/shop"))  # its own folder
     landing = tmp_path / "landing" / "shop"
-    assert build_resources(catalog)["lake"].landing_for("s") == landing
+    assert build_resources(catalog)["lake"].landing_for("s") == str(landing)
     write_demo_traffic(tmp_path / "landing", batch=0, date=DAY)
     write_demo_traffic(tmp_path / "landing", batch=1, date=NEXT_DAY)
     for date in (DAY, NEXT_DAY):
-        ingest_landing(catalog.warehouse_path, "s", landing, [date], whole_date=True)
+        ingest_landing(catalog.warehouse_uri, "s", landing, [date], whole_date=True)
     for path in (landing / f"dt={DAY}").iterdir():
         path.unlink()
     (landing / f"dt={DAY}").rmdir()

@@ -23,7 +23,7 @@ def test_demo_catalog_loads_with_paths_relative_to_the_file(monkeypatch):
     crm = catalog.source("crm")
     assert (crm.transport, crm.kafka.bootstrap_servers) == ("kafka", "127.0.0.1:19092")
     assert (crm.sensor_interval_seconds, crm.max_lag(crm.tables[0])) == (5, 10)
-    assert catalog.warehouse_path == ROOT / "var" / "warehouse"
+    assert catalog.warehouse_uri == str(ROOT / "var" / "warehouse")
     assert catalog.source("lindorm").tables[0].column_types == {
         "f_name": "string",
         "f_city": "string",
@@ -32,7 +32,7 @@ def test_demo_catalog_loads_with_paths_relative_to_the_file(monkeypatch):
 
 def test_environment_overrides_storage(tmp_path, monkeypatch):
     monkeypatch.setenv("CDC_WAREHOUSE", str(tmp_path / "w"))
-    assert load_catalog(ROOT / "sources.yaml").warehouse_path == tmp_path / "w"
+    assert load_catalog(ROOT / "sources.yaml").warehouse_uri == str(tmp_path / "w")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,201 @@
+"""Where the lake's bytes live: a local folder (a path) or S3-compatible object storage
+(``s3://bucket/prefix``), and how to reach it.
+
+Every location of the lake (the warehouse, a landing folder, the Data Docs site) is a string:
+a local path, or a URI. The options use the names delta-rs and object_store read
+(``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_ALLOW_HTTP``, ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``): the
+environment's, under those the sources file sets (``storage_options``, ``configure``). The
+Delta log goes through delta-rs with them (``delta_options``); data files and landing files
+through pyarrow's filesystem (``filesystem``), on the driver and in Spark's executors alike
+(Spark's own readers have no S3 filesystem: pyspark ships no hadoop-aws). Secrets stay in
+these options: nothing here logs them, and errors name the variable, never its value.
+"""
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+OPTION_NAMES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ALLOW_HTTP",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+)
+REMOTE_SCHEMES = ("s3", "s3a")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_configured: dict[str, str] = {}
+
+
+class StorageError(Exception):
+    """A location the lake cannot use: its one line names the location and the problem."""
+
+
+def configure(options: Mapping[str, str]) -> None:
+    """The sources file's ``storage_options`` (``${VAR}`` taken from the environment), over the
+    environment's own for this process."""
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise StorageError(
+            f"storage_options: unknown option {unknown[0]} (known: {', '.join(OPTION_NAMES)})"
+        )
+    resolved = {}
+    for name, value in options.items():
+        missing = [v for v in _VARIABLE.findall(str(value)) if v not in os.environ]
+        if missing:
+            raise StorageError(
+                f"storage_options.{name}: environment variable {missing[0]} is unset"
+            )
+        resolved[name] = _VARIABLE.sub(lambda m: os.environ[m[1]], str(value))
+    _configured.clear()
+    _configured.update(resolved)
+
+
+def options() -> dict[str, str]:
+    """The object-store options in force: the environment's, under the configured ones."""
+    found = {n: os.environ[n] for n in OPTION_NAMES if os.environ.get(n)}
+    return {**found, **_configured}
+
+
+def is_remote(location: str | os.PathLike) -> bool:
+    """Whether ``location`` is an object-store URI (not a local path or ``file://``)."""
+    scheme = urlparse(str(location)).scheme
+    if scheme in REMOTE_SCHEMES:
+        return True
+    if scheme in ("gs", "gcs", "abfs", "abfss", "az", "adl"):
+        raise StorageError(f"{location}: only s3:// object storage is supported")
+    return False
+
+
+def resolve(location: str | os.PathLike, base: Path) -> str:
+    """A location as the lake keeps it: a URI as it is (without a trailing /), a local path
+    absolute (relative ones to ``base``)."""
+    text = str(location)
+    if is_remote(text):
+        parsed = urlparse(text)
+        if not parsed.netloc:
+            raise StorageError(f"{text}: an object-store location needs a bucket (s3://bucket/…)")
+        return text.rstrip("/")
+    p = Path(text.removeprefix("file://")).expanduser()
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def join(location: str, *parts: str) -> str:
+    """``location`` with ``parts`` below it."""
+    if is_remote(location):
+        return "/".join([location.rstrip("/"), *(p.strip("/") for p in parts)])
+    return str(Path(location, *parts))
+
+
+def name(location: str) -> str:
+    """The last part of a location (a table's name)."""
+    return location.rstrip("/").rsplit("/", 1)[-1]
+
+
+def relative(location: str, under: str) -> str:
+    """``location``'s path below ``under``."""
+    if is_remote(location):
+        return location.removeprefix(under.rstrip("/") + "/")
+    return str(Path(location).relative_to(under))
+
+
+def delta_options(location: str) -> dict[str, str] | None:
+    """delta-rs's ``storage_options`` for a table at ``location`` (None: a local path)."""
+    return options() if is_remote(location) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _s3(settings: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
+    o = dict(settings)
+    endpoint = o.get("AWS_ENDPOINT_URL")
+    return pafs.S3FileSystem(
+        access_key=o.get("AWS_ACCESS_KEY_ID"),
+        secret_key=o.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=o.get("AWS_SESSION_TOKEN"),
+        region=o.get("AWS_REGION") or o.get("AWS_DEFAULT_REGION"),
+        endpoint_override=endpoint,
+        scheme="http" if endpoint and endpoint.startswith("http://") else "https",
+        force_virtual_addressing=o.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "").lower() == "true",
+        # A store that stops answering fails the request (a transient error, retried by the
+        # step) instead of hanging the run.
+        connect_timeout=5,
+        request_timeout=30,
+    )
+
+
+def filesystem(
+    location: str, settings: Mapping[str, str] | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for ``location`` and the location's path on it. ``settings``: the
+    options (default: ``options()``), as a Spark task gets them from the driver."""
+    if not is_remote(location):
+        return pafs.LocalFileSystem(), os.path.abspath(location.removeprefix("file://"))
+    parsed = urlparse(location)
+    settings = options() if settings is None else settings
+    if not settings.get("AWS_ACCESS_KEY_ID") and "AWS_ACCESS_KEY_ID" not in os.environ:
+        # pyarrow would try the instance's metadata endpoint and hang: say what is missing.
+        raise StorageError(f"{location}: AWS_ACCESS_KEY_ID is not set")
+    return _s3(tuple(sorted(settings.items()))), parsed.netloc + parsed.path.rstrip("/")
+
+
+def delete_tree(location: str) -> None:
+    """Delete ``location`` and everything below it (nothing when it is absent)."""
+    fs, path = filesystem(location)
+    try:
+        fs.delete_dir(path)
+    except FileNotFoundError:
+        return
+
+
+def write_whole(location: str, data: bytes) -> None:
+    """Write a file so that no reader sees part of it: a local file under a hidden name (landing
+    readers skip dot files), then renamed; an object in one put."""
+    fs, path = filesystem(location)
+    if is_remote(location):
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+        return
+    folder, _, base = path.rpartition("/")
+    fs.create_dir(folder)
+    hidden = f"{folder}/.{base}.tmp"
+    with fs.open_output_stream(hidden) as out:
+        out.write(data)
+    fs.move(hidden, path)
+
+
+def _problem(location: str, error: OSError) -> str:
+    text = str(error)
+    bucket = urlparse(location).netloc
+    endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
+    if "NO_SUCH_BUCKET" in text or "does not exist" in text and "bucket" in text.lower():
+        return f"{location}: bucket {bucket!r} does not exist at {endpoint}"
+    for code in ("SIGNATURE_DOES_NOT_MATCH", "ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "403"):
+        if code in text:
+            return (
+                f"{location}: the store at {endpoint} refused the credentials "
+                f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY): {code.lower()}"
+            )
+    if "NETWORK_CONNECTION" in text or "curlCode" in text or "resolve host" in text:
+        return f"{location}: cannot reach the object store at {endpoint}"
+    return f"{location}: {text.splitlines()[0]}"
+
+
+def check(location: str) -> None:
+    """Fail with ``StorageError`` (one line naming the problem) unless ``location`` can be
+    listed: a local folder is fine as it is; a bucket must exist and take the credentials."""
+    if not is_remote(location):
+        return
+    fs, path = filesystem(location)
+    try:
+        fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as e:
+        raise StorageError(_problem(location, e)) from None
