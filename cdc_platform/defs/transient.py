@@ -6,7 +6,8 @@ Retried (``retried_if_transient``, up to ``len(RETRY_SECONDS)`` times, waiting `
   run's session is stopped so the retry connects a new one;
 - the Kafka broker is unreachable (no metadata, no watermarks);
 - the schema registry is unreachable or failing (HTTP 5xx), raised in a Spark task reading Avro;
-- a Delta commit lost a race to another writer (delta-rs ``CommitFailedError``).
+- a Delta commit lost a race to another writer (delta-rs ``CommitFailedError``);
+- the object store holding the lake does not answer (down, stopped, overloaded).
 
 Everything else fails the step at once, so a deterministic failure never loops: a blocking check
 that failed, a bad configuration, a bug. A Spark failure then names its root cause first
@@ -26,6 +27,7 @@ from deltalake.exceptions import CommitFailedError
 
 from cdc_platform.formats import confluent_avro
 from cdc_platform.ingest.kafka import KafkaUnavailable
+from cdc_platform.lake import storage
 
 RETRY_SECONDS = (5, 15, 30)
 # What a Spark Connect client says when its server is gone or was restarted under it: its own
@@ -50,6 +52,8 @@ def transient_reason(error: BaseException) -> str | None:
         return f"the schema registry is unavailable: {registry}"
     if isinstance(error, CommitFailedError):
         return f"a Delta commit lost a race to another writer: {error}"
+    if store := storage.unavailable_reason(str(error)):
+        return store
     if _spark_unavailable(error):
         remote = os.environ.get("CDC_SPARK_REMOTE", "the Spark Connect server")
         log = os.environ.get("CDC_SPARK_SERVER_LOG")

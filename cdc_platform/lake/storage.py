@@ -172,6 +172,31 @@ def write_whole(location: str, data: bytes) -> None:
     fs.move(hidden, path)
 
 
+# What pyarrow's and delta-rs's S3 clients say when the store does not answer (down, stopped,
+# overloaded), raised on the driver or in a Spark task: a retry later may succeed.
+_UNAVAILABLE = (
+    "NETWORK_CONNECTION",
+    "curlCode: 28",  # a request timed out
+    "Timeout was reached",
+    "operation timed out",
+    "error sending request",
+    "connection closed before message completed",
+    "SLOW_DOWN",
+    "SERVICE_UNAVAILABLE",
+    "503 Service Unavailable",
+    "500 Internal Server Error",
+)
+
+
+def unavailable_reason(text: str) -> str | None:
+    """One line when ``text`` (an error's) says the object store did not answer, else None."""
+    for marker in _UNAVAILABLE:
+        if marker in text:
+            endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
+            return f"the object store at {endpoint} is unavailable ({marker})"
+    return None
+
+
 def _problem(location: str, error: OSError) -> str:
     text = str(error)
     bucket = urlparse(location).netloc
@@ -195,7 +220,12 @@ def check(location: str) -> None:
     if not is_remote(location):
         return
     fs, path = filesystem(location)
+    bucket = path.split("/", 1)[0]
     try:
-        fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        found = fs.get_file_info(bucket).type != pafs.FileType.NotFound  # HeadBucket
+        fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))  # a list: the key's rights
     except OSError as e:
         raise StorageError(_problem(location, e)) from None
+    if not found:
+        endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
+        raise StorageError(f"{location}: bucket {bucket!r} does not exist at {endpoint}")

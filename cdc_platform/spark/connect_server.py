@@ -82,7 +82,8 @@ def warm(spark: SparkSession, rounds: int = 2) -> float:
     with tempfile.TemporaryDirectory(prefix="cdc-warm-up-") as work:
         landing, warehouse = Path(work, "landing"), Path(work, "warehouse")
         for batch in range(rounds):
-            path = next(p for p in write_demo_traffic(landing, batch) if p.parts[-3] == "shop")
+            written = map(Path, write_demo_traffic(str(landing), batch))
+            path = next(p for p in written if p.parts[-3] == "shop")
             replay(spark, warehouse, [path], shop, path.parent.name.removeprefix("dt="))
     return time.monotonic() - start
 

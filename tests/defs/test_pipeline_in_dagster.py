@@ -30,7 +30,7 @@ def _assets(catalog, source):
 
 
 def test_materializing_the_chain_builds_current_tables(spark, catalog):
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     resources = build_resources(catalog)
     assets = _assets(catalog, "shop")
     partitioned = [a for a in assets if a.partitions_def is not None]
@@ -53,7 +53,7 @@ def test_materializing_the_chain_builds_current_tables(spark, catalog):
     assert meta["current/shop/customers"]["tombstones"].value == 1
     assert meta["current/shop/orders"]["dagster/row_count"].value == 20
     orders = lake.read(
-        spark, lake.TableRef("current", "shop", "orders").uri(catalog.warehouse_path)
+        spark, lake.TableRef("current", "shop", "orders").uri(catalog.warehouse_uri)
     )
     types = dict(orders.dtypes)
     assert types["amount"] == "decimal(10,2)" and types["order_date"] == "date"
@@ -64,9 +64,9 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
     spark, catalog
 ):
     # Two dates of 10 and 5 messages, backfilled in one run (single-run backfill policy).
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
-    write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
-    write_demo_traffic(catalog.landing_path, batch=2, date=NEXT_DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=1, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=2, date=NEXT_DAY)
     assets = _assets(catalog, "lindorm")
     resources = build_resources(catalog)
     partitioned = [a for a in assets if a.partitions_def is not None]
@@ -92,15 +92,15 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
     current = [a for a in assets if a.partitions_def is None]
     assert dg.materialize(current, resources=resources).success
     rows = lake.read(
-        spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
+        spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_uri)
     )
     users = sorted(r["ROW"] for r in rows.toArrow().to_pylist())
     assert users == sorted(f"user{i}" for i in range(1, 16))
 
 
 def test_undeclared_tables_are_routed_and_get_assets_on_reload(spark, catalog):
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
-    extra = catalog.landing_path / "shop" / f"dt={DAY}" / "zz-products.kafka.jsonl"
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
+    extra = catalog.landing_uri / "shop" / f"dt={DAY}" / "zz-products.kafka.jsonl"
     value = {"before": None, "after": {"id": 7, "name": "drill"}, "op": "c",
              "source": {"db": "inventory", "table": "products", "file": "mysql-bin.000001",
                         "pos": 9, "row": 0, "ts_ms": 1}}  # fmt: skip
@@ -126,7 +126,7 @@ def test_undeclared_tables_are_routed_and_get_assets_on_reload(spark, catalog):
 def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog):
     """Sensor -> incremental run -> current, twice: one date, then new files on two dates (one
     run over their range). The runs ingest just the new files."""
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     resources = build_resources(catalog)
     source_defs = dg.Definitions.merge(
         # With a run per batch, whose sensor this tests (the demo's runs continuously).
@@ -154,7 +154,7 @@ def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog
 
     def users() -> list[str]:
         rows = lake.read(
-            spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_path)
+            spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_uri)
         )
         return sorted(r["ROW"] for r in rows.toArrow().to_pylist())
 
@@ -163,8 +163,8 @@ def test_landing_sensor_runs_carry_new_files_to_the_current_table(spark, catalog
         assert raw["files_ingested"] == 1
         assert users() == sorted(f"user{i}" for i in range(1, 6))
 
-        write_demo_traffic(catalog.landing_path, batch=1, date=DAY)
-        write_demo_traffic(catalog.landing_path, batch=2, date=NEXT_DAY)
+        write_demo_traffic(catalog.landing_uri, batch=1, date=DAY)
+        write_demo_traffic(catalog.landing_uri, batch=2, date=NEXT_DAY)
         cursor, raw = tick_and_run(cursor, instance)
         assert raw["files_ingested"] == 2  # the two new files, not batch 0's again
         assert users() == sorted(f"user{i}" for i in range(1, 16))

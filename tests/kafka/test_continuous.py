@@ -105,7 +105,7 @@ def test_one_run_takes_micro_batch_after_micro_batch(spark, kafka_bootstrap, tmp
     entry = expected[CORPUS_FILE]
     topic = _topic(kafka_bootstrap, "continuous")
     catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
-    warehouse = catalog.warehouse_path
+    warehouse = catalog.warehouse_uri
     source = _continuous(catalog.source("k"), minutes=5)
     lines = _lines()
     head, tail = lines[:10], lines[10:]
@@ -165,7 +165,7 @@ def test_micro_batches_stop_at_the_adaptive_bound_and_the_next_goes_on(
     entry = expected[CORPUS_FILE]
     topic = _topic(kafka_bootstrap, "adaptive")
     catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
-    warehouse = catalog.warehouse_path
+    warehouse = catalog.warehouse_uri
     monkeypatch.setattr(continuous, "FIRST_RECORDS_PER_SECOND", 2 / 600)
     monkeypatch.setattr(continuous, "MIN_RECORDS", 1)
     monkeypatch.setattr(continuous, "MAX_GROWTH", 2)
@@ -212,7 +212,7 @@ def test_a_trickle_waits_for_more_until_max_wait_seconds(
     entry = expected[CORPUS_FILE]
     topic = _topic(kafka_bootstrap, "trickle")
     catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
-    warehouse = catalog.warehouse_path
+    warehouse = catalog.warehouse_uri
     wait = 8.0
     source = _continuous(
         catalog.source("k"), minutes=5, min_batch_records=10**6, max_wait_seconds=wait
@@ -264,7 +264,7 @@ def test_landing_files_start_a_micro_batch_once_min_batch_bytes_wait(
              p.parts).stat().st_size
         for b in (1, 2)
     ]  # fmt: skip
-    warehouse, landing = shop_catalog.warehouse_path, shop_catalog.landing_path
+    warehouse, landing = shop_catalog.warehouse_uri, shop_catalog.landing_uri
     source = _continuous(
         shop_catalog.source("shop"), minutes=5, min_batch_bytes=sum(sizes), max_wait_seconds=600
     )
@@ -437,4 +437,4 @@ def test_landing_dates_outside_the_partitions_wait_and_are_said_once(shop_catalo
     assert result.success
     assert len(said) == 1 and "set start_date" in said[0]  # polled many times, said once
     assert not result.get_asset_materialization_events()
-    assert not lake.exists(lake.TableRef(lake.RAW, "shop").uri(shop_catalog.warehouse_path))
+    assert not lake.exists(lake.TableRef(lake.RAW, "shop").uri(shop_catalog.warehouse_uri))

@@ -24,7 +24,7 @@ def test_demo_traffic_reaches_the_crm_tables(spark, kafka_bootstrap, tmp_path, m
     )
     demo.create_topics(kafka_bootstrap)
     sent = sum(demo.produce_demo_traffic(kafka_bootstrap, batch) for batch in range(3))
-    warehouse = catalog.warehouse_path
+    warehouse = catalog.warehouse_uri
 
     assert kafka.ingest_kafka(warehouse, source).records == sent
     result = normalize_new(spark, warehouse, source)

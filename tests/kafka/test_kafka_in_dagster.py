@@ -157,7 +157,7 @@ def test_the_sensor_drives_bounded_runs_from_topic_to_current(
     entry = expected[CORPUS_FILE]
     topic = _topic(kafka_bootstrap, "dagster")
     catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry, max_records=6)
-    warehouse = catalog.warehouse_path
+    warehouse = catalog.warehouse_uri
     lines = _lines()
     head, tail = lines[:10], lines[10:]
     _produce(kafka_bootstrap, topic, [{"value": v} for v in head])
@@ -232,7 +232,7 @@ def test_a_reset_or_a_recreated_raw_gets_a_new_run_key(kafka_bootstrap, tmp_path
     # No Spark: raw is written by ingest_kafka, the first step of the run the sensor requests.
     topic = _topic(kafka_bootstrap, "keys")
     catalog, _ = _catalog(tmp_path, kafka_bootstrap, topic, expected[CORPUS_FILE])
-    warehouse, source = catalog.warehouse_path, catalog.source("k")
+    warehouse, source = catalog.warehouse_uri, catalog.source("k")
     raw_uri = lake.TableRef(lake.RAW, "k").uri(warehouse)
     _produce(kafka_bootstrap, topic, [{"value": v} for v in _lines()])
     everything = {topic: {0: [0, _high_watermark(kafka_bootstrap, topic)]}}
@@ -276,7 +276,7 @@ def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected
         location = _Location(catalog, instance)
         location.drain()
         # The corpus changes are years old: without news from the source the table is stale.
-        stale = freshness.current(catalog.warehouse_path, "k", table)
+        stale = freshness.current(catalog.warehouse_uri, "k", table)
         assert stale.lag_seconds > 365 * 86400
         evaluation = _freshness_evaluation(location)
         assert not evaluation.passed
@@ -287,10 +287,10 @@ def test_freshness_follows_heartbeats(spark, kafka_bootstrap, tmp_path, expected
         heartbeat = {"value": json.dumps({"ts_ms": now_ms}).encode(), "key": b'{"serverName":"x"}'}
         _produce(kafka_bootstrap, topic, [heartbeat])
         location.drain()
-        fresh = freshness.current(catalog.warehouse_path, "k", table)
+        fresh = freshness.current(catalog.warehouse_uri, "k", table)
         assert fresh.lag_seconds < 120
         assert _freshness_evaluation(location).passed
-        control = lake.read_arrow(lake.TableRef(lake.CONTROL, "k").uri(catalog.warehouse_path))
+        control = lake.read_arrow(lake.TableRef(lake.CONTROL, "k").uri(catalog.warehouse_uri))
         assert pc.max(control["event_time"]).as_py().timestamp() * 1000 == pytest.approx(
             now_ms, abs=1
         )
@@ -325,7 +325,7 @@ _CRASH = textwrap.dedent(
 
     lake.append_normalized = append_then_die
     spark = get_spark(remote=sys.argv[2])  # a Connect client, as a run is: no JVM of its own
-    normalize_new(spark, catalog.warehouse_path, catalog.source("k"))
+    normalize_new(spark, catalog.warehouse_uri, catalog.source("k"))
     """
 )
 
@@ -336,7 +336,7 @@ def test_a_crash_between_normalize_outputs_loses_and_duplicates_nothing(
     entry = expected[CORPUS_FILE]
     topic = _topic(kafka_bootstrap, "crash")
     catalog, table = _catalog(tmp_path, kafka_bootstrap, topic, entry)
-    warehouse, source = catalog.warehouse_path, catalog.source("k")
+    warehouse, source = catalog.warehouse_uri, catalog.source("k")
     lines = _lines()
     _produce(kafka_bootstrap, topic, [{"value": v} for v in lines[:10]])
     kafka.ingest_kafka(warehouse, source)

@@ -36,7 +36,7 @@ def catalog(tmp_path, monkeypatch):
     monkeypatch.setenv("CDC_LANDING", str(tmp_path / "landing"))
     monkeypatch.setenv("CDC_REPORTS", str(tmp_path / "reports"))
     catalog = load_catalog(ROOT / "sources.yaml")
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     return catalog
 
 

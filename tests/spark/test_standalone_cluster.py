@@ -97,7 +97,8 @@ def _tails(logs: Path) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """(spark://127.0.0.1:PORT, web UI port) of a standalone master with two workers of one core
-    and 1 GB each, on loopback ports the OS picks; every process group stopped at the end."""
+    and 1 GB each, on loopback ports the OS picks, each worker with its own work and local
+    folders; every process group stopped at the end."""
     scratch = tmp_path_factory.mktemp("standalone")
     logs = scratch / "logs"
     logs.mkdir()
@@ -121,7 +122,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
             worker = ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1"]
             worker += ["--webui-port", "0", "--cores", "1", "--memory", "1g"]
             worker += ["--work-dir", str(scratch / f"work{i}"), url]  # executors' logs there
-            procs.append(_start([str(SPARK_CLASS), *worker], env, logs / f"worker{i}.log"))
+            # Each worker's scratch (shuffle, spills) in a folder of its own: no shared disk.
+            local = {"SPARK_LOCAL_DIRS": str(scratch / f"local{i}")}
+            procs.append(_start([str(SPARK_CLASS), *worker], env | local, logs / f"worker{i}.log"))
         _wait_for_workers(webui, procs, logs, 2)
         yield url, webui
     finally:
@@ -132,7 +135,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int
 # --- the replays ------------------------------------------------------------------------------
 
 
-def _replay(url: str, cwd: Path, warehouse: Path) -> dict:
+def _replay(url: str, cwd: Path, warehouse: Path | str) -> dict:
     """``cdc-platform replay`` of ``SOURCE``'s files on the cluster, in a driver process of its
     own; the summary it prints."""
     spark_conf = {
@@ -165,7 +168,7 @@ def _replay(url: str, cwd: Path, warehouse: Path) -> dict:
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
-def _rows(spark, warehouse: Path, source: str, qualified: str, key: list[str]) -> list[dict]:
+def _rows(spark, warehouse: Path | str, source: str, qualified: str, key: list[str]) -> list[dict]:
     """Current rows by key, timestamps as epoch ms (EXPECTED.json keeps DataWorks' wire value)."""
     df = current_rows(spark, warehouse, source, table_name(qualified))
     as_ms = [
@@ -175,7 +178,9 @@ def _rows(spark, warehouse: Path, source: str, qualified: str, key: list[str]) -
     return df.select(*as_ms).orderBy(*key).toArrow().to_pylist()
 
 
-def _check(spark, warehouse: Path, source: str, summary: dict, entry: dict, qualified: str) -> None:
+def _check(
+    spark, warehouse: Path | str, source: str, summary: dict, entry: dict, qualified: str
+) -> None:
     """Table ``qualified`` of a replay against ``entry`` of EXPECTED.json (its own table or one
     of its ``other_tables``): the current rows and the replayed changes by op."""
     want = entry if qualified == entry["table"] else entry["other_tables"][qualified]

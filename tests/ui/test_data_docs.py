@@ -76,7 +76,7 @@ def test_a_check_in_the_dagster_ui_links_to_its_page(spark, ui_stack, tmp_path, 
         monkeypatch.setenv(k, v)
     # One ingest of the demo's shop source, its checks included, in the webserver's instance.
     catalog = load_catalog(ROOT / "sources.yaml")
-    write_demo_traffic(catalog.landing_path, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
     defs = dg.Definitions.merge(
         build_source_defs(catalog.source("shop"), catalog),
         dg.Definitions(resources=build_resources(catalog)),
