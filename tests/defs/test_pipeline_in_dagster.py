@@ -52,9 +52,7 @@ def test_materializing_the_chain_builds_current_tables(spark, catalog):
     assert meta["current/shop/customers"]["dagster/row_count"].value == 9
     assert meta["current/shop/customers"]["tombstones"].value == 1
     assert meta["current/shop/orders"]["dagster/row_count"].value == 20
-    orders = lake.read(
-        spark, lake.TableRef("current", "shop", "orders").uri(catalog.warehouse_uri)
-    )
+    orders = lake.read(spark, lake.TableRef("current", "shop", "orders").uri(catalog.warehouse_uri))
     types = dict(orders.dtypes)
     assert types["amount"] == "decimal(10,2)" and types["order_date"] == "date"
 
@@ -91,9 +89,7 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
 
     current = [a for a in assets if a.partitions_def is None]
     assert dg.materialize(current, resources=resources).success
-    rows = lake.read(
-        spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_uri)
-    )
+    rows = lake.read(spark, lake.TableRef("current", "lindorm", "users").uri(catalog.warehouse_uri))
     users = sorted(r["ROW"] for r in rows.toArrow().to_pylist())
     assert users == sorted(f"user{i}" for i in range(1, 16))
 
