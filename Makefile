@@ -47,7 +47,7 @@ test: install browser postgres
 # tests/s3_server.py): the corpus, landing files, racing commits, a store it cannot use. CI runs
 # it after `make test`.
 test-s3: install
-	$(BIN)/pytest -q -m s3 --durations=10
+	$(BIN)/pytest -q -m "s3 and not faults" --durations=10
 
 # The fault-injection suite (tests/ops/test_faults.py): one live stack under traffic, a fault per
 # test, the tables checked against the generator's reference state after each. CI runs it after

@@ -136,9 +136,13 @@ def write_catalog(
     spark: dict,
     max_records: int | None,
     continuous: dict[str, dict | None] | None = None,
+    warehouse: str | None = None,
+    landing: str | None = None,
 ) -> Path:
     """A catalog with one Debezium landing source and one Debezium Kafka source (``continuous``:
-    per transport, its ``continuous`` block, None for a run per batch)."""
+    per transport, its ``continuous`` block, None for a run per batch). ``warehouse`` and
+    ``landing``: locations (a folder, or ``s3://bucket/prefix``); default the folders
+    ``warehouse`` and ``landing`` beside the catalog."""
     table = {
         "name": TABLE,
         "source_table": SOURCE_TABLE,
@@ -149,8 +153,8 @@ def write_catalog(
     if max_records:
         kafka["max_records"] = max_records
     catalog = {
-        "warehouse": str(path.parent / "warehouse"),
-        "landing": str(path.parent / "landing"),
+        "warehouse": warehouse or str(path.parent / "warehouse"),
+        "landing": landing or str(path.parent / "landing"),
         "spark": spark,
         "sources": [
             {"name": files_source, "transport": "files", "format": "debezium",

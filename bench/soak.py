@@ -126,14 +126,27 @@ class Stream:
 
 class Generator(threading.Thread):
     """RATE events/s for SECONDS, given to the fed sources in turn: lines of a landing file
-    written every FILE_EVERY seconds, records produced to the topic as they are made."""
+    written every FILE_EVERY seconds, records produced to the topic as they are made.
+
+    ``landing``: a folder (a Path), or a location string (``s3://bucket/prefix``, or a folder),
+    where each file is written whole (``lake.storage.write_whole``: one put). A put the store did
+    not take is kept and tried again, before any later file and with the same name and bytes
+    (unless the store holds it already: a put that timed out may have landed), as a writer that
+    waits out its store does; its messages count once it is written (``Stream.messages``)."""
 
     def __init__(
-        self, landing: Path, producer, streams: dict[str, Stream], feeds: tuple[str, ...],
+        self, landing: Path | str, producer, streams: dict[str, Stream], feeds: tuple[str, ...],
         rate: float, seconds: float, file_every: float,
     ) -> None:  # fmt: skip
         super().__init__(name="generator", daemon=True)
-        self.landing = landing / FILES
+        if isinstance(landing, Path):
+            self.landing: Path | str = landing / FILES
+        else:
+            from cdc_platform.lake import storage
+
+            self.landing = storage.join(landing, FILES)
+        self.unwritten: list[tuple[str, bytes, int, bool]] = []  # location, bytes, lines, tried
+        self.put_failures: list[str] = []  # why a put failed, each time
         self.producer = producer
         self.undelivered = 0
         self.rate, self.seconds, self.file_every = rate, seconds, file_every
@@ -149,10 +162,36 @@ class Generator(threading.Thread):
         if self.buffer:
             stream = self.streams[FILES]
             stream.files += 1  # names keep rising from step to step: the reader's order
-            write_landing_file(self.landing / f"dt={today()}", f"{stream.files:06d}.jsonl",
-                               self.buffer)  # fmt: skip
-            stream.messages += len(self.buffer)
+            name = f"{stream.files:06d}.jsonl"
+            if isinstance(self.landing, Path):
+                write_landing_file(self.landing / f"dt={today()}", name, self.buffer)
+                stream.messages += len(self.buffer)
+            else:
+                from cdc_platform.lake import storage
+
+                data = "".join(line + "\n" for line in self.buffer).encode()
+                location = storage.join(self.landing, f"dt={today()}", name)
+                self.unwritten.append((location, data, len(self.buffer), False))
             self.buffer = []
+        self._put_unwritten()
+
+    def _put_unwritten(self) -> None:
+        """Put the files not written yet, oldest first; stop at the first the store refuses."""
+        if not self.unwritten:
+            return
+        from cdc_platform.lake import storage
+
+        while self.unwritten:
+            location, data, lines, tried = self.unwritten[0]
+            try:
+                if not (tried and _holds(location, len(data))):
+                    storage.write_whole(location, data)
+            except OSError as e:
+                self.put_failures.append(f"{type(e).__name__}: {e}")
+                self.unwritten[0] = (location, data, lines, True)
+                return
+            self.unwritten.pop(0)
+            self.streams[FILES].messages += lines
 
     def _produce(self, key: int, value: str | None) -> None:
         while True:
@@ -196,6 +235,13 @@ class Generator(threading.Thread):
                     break
                 time.sleep(0.05)
             self._flush_file()
+            deadline = time.monotonic() + 120
+            while self.unwritten and time.monotonic() < deadline:
+                time.sleep(1)
+                self._put_unwritten()
+            if self.unwritten:
+                raise StackError(f"{len(self.unwritten)} landing files not written: "
+                                 f"{self.put_failures[-1]}")  # fmt: skip
             if self.producer.flush(60) or self.undelivered:
                 raise StackError("the producer could not deliver every record to the broker")
         except BaseException as e:  # noqa: BLE001  (reported by the main thread)
@@ -204,10 +250,21 @@ class Generator(threading.Thread):
             self.ended_at = time.time()
 
 
+def _holds(location: str, size: int) -> bool:
+    """Whether the object (or file) at ``location`` exists with ``size`` bytes."""
+    import pyarrow.fs as pafs
+
+    from cdc_platform.lake import storage
+
+    fs, path = storage.filesystem(location)
+    info = fs.get_file_info(path)
+    return info.type == pafs.FileType.File and info.size == size
+
+
 # --- sampling -----------------------------------------------------------------------------
 
 
-def lag_seconds(warehouse: Path, source: str, stream: Stream) -> float | None:
+def lag_seconds(warehouse: Path | str, source: str, stream: Stream) -> float | None:
     """now - the newest source event time the current table reflects; before it reflects any,
     now - the source's first event (None before there is one)."""
     from cdc_platform import freshness
@@ -223,7 +280,7 @@ def lag_seconds(warehouse: Path, source: str, stream: Stream) -> float | None:
     return time.time() - stream.first_ms / 1000
 
 
-def position_ms(warehouse: Path, source: str) -> float | None:
+def position_ms(warehouse: Path | str, source: str) -> float | None:
     from cdc_platform import freshness
 
     try:
@@ -233,7 +290,7 @@ def position_ms(warehouse: Path, source: str) -> float | None:
     return position.timestamp() * 1000 if position else None
 
 
-def raw_rows(warehouse: Path, source: str) -> int:
+def raw_rows(warehouse: Path | str, source: str) -> int:
     from cdc_platform import lake
 
     try:
@@ -327,7 +384,7 @@ def caught_up(stack: DemoStack, streams: dict[str, Stream]) -> dict[str, bool]:
     return out
 
 
-def compare_current(warehouse: Path, source: str, stream: Stream) -> dict:
+def compare_current(warehouse: Path | str, source: str, stream: Stream) -> dict:
     """The current table's live rows against the reference state."""
     from cdc_platform import lake
 
@@ -352,7 +409,7 @@ def compare_current(warehouse: Path, source: str, stream: Stream) -> dict:
     }  # fmt: skip
 
 
-def reconcile(warehouse: Path, source: str, produced: int) -> dict:
+def reconcile(warehouse: Path | str, source: str, produced: int) -> dict:
     """Raw rows against the messages produced, and every raw message's outcome: the first of
     change, control, ddl, quarantine whose table holds its raw coordinates (duckdb over Arrow,
     as `cdc_platform.quality.frames.reconciliation_frame` does in Spark)."""

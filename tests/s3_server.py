@@ -56,8 +56,9 @@ class S3Server:
 
     region = "us-east-1"
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, metrics: bool = False) -> None:
         self.data_dir = Path(data_dir)
+        self.metrics = metrics  # Prometheus metrics on a port of their own (``requests``)
         self.access_key = "AK" + secrets.token_hex(8).upper()
         self.secret_key = secrets.token_urlsafe(30)
         self.log = self.data_dir / "weed.log"
@@ -102,7 +103,7 @@ class S3Server:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }]}))  # fmt: skip
         config.chmod(0o600)
-        self._ports = master, volume, filer, s3 = _free_ports(4)
+        self._ports = master, volume, filer, s3, metrics = _free_ports(5)
         argv = [
             _weed(), "-logtostderr", "server",
             "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.data_dir}",
@@ -114,6 +115,8 @@ class S3Server:
             # Volume count from free disk / volume size: the default 30 GB size could leave none.
             "-volume.max=0", "-master.volumeSizeLimitMB=64",
         ]  # fmt: skip
+        if self.metrics:
+            argv.insert(argv.index("server") + 1, f"-metricsPort={metrics}")
         # weed reads master.toml, security.toml, ... from ./, ~/.seaweedfs and /etc/seaweedfs: a
         # developer's own (a JWT key, say) must not change the tests' server. HOME: its folder.
         env = {**os.environ, "HOME": str(self.data_dir)}
@@ -150,6 +153,22 @@ class S3Server:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"no S3 after {START_TIMEOUT} s:\n{self._tail()}") from None
                 time.sleep(0.25)
+
+    def requests(self) -> dict[str, int]:
+        """The S3 requests the gateway has served so far, by action (its Prometheus counters;
+        needs ``metrics``)."""
+        import re
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self._ports[4]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        counts: dict[str, int] = {}
+        for m in re.finditer(r"^SeaweedFS_s3_request_total\{([^}]*)\} (\S+)$", text, re.M):
+            action = re.search(r'type="([^"]+)"', m[1])
+            name = action[1] if action else m[1]
+            counts[name] = counts.get(name, 0) + int(float(m[2]))
+        return counts
 
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]

@@ -13,6 +13,7 @@ partition values come from its path, and ``FILE_COLUMN`` names it when asked for
 """
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -49,7 +50,9 @@ def write(
     partition_by = list(partition_by or [])
     arrow = to_arrow_schema(df.schema, timezone="UTC")
     columns = [f.name for f in arrow if f.name not in partition_by]
-    file_schema = pa.schema([arrow.field(c) for c in columns])
+    # Every field nullable, nested ones too, as the table declares them (Spark's nullability
+    # says nothing of the rows: a struct marked not null arrives with nulls, and back).
+    file_schema = pa.schema([_nullable(arrow.field(c)) for c in columns])
     write_id = uuid.uuid4().hex
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -100,7 +103,7 @@ def write(
                 continue
             table = pa.Table.from_batches([batch])
             for values, rows in _split(table, partition_by):
-                sink(values, rows.select(columns))
+                sink(values, rows.select(columns).cast(file_schema))
         for values in list(open_files):
             close(values)
         if done:
@@ -108,6 +111,17 @@ def write(
 
     written = df.mapInArrow(task, from_arrow_schema(_WRITTEN)).collect()
     return [row.asDict() for row in written if row["rows"]]
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    t = field.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_nullable(f) for f in t])
+    elif pa.types.is_list(t):
+        t = pa.list_(_nullable(t.value_field))
+    elif pa.types.is_map(t):
+        t = pa.map_(t.key_type, _nullable(t.item_field))
+    return field.with_type(t).with_nullable(True)
 
 
 def _split(table: pa.Table, columns: list[str]) -> Iterator[tuple[tuple, pa.Table]]:
@@ -138,17 +152,21 @@ def read(
     schema: pa.Schema,
     partition_columns: list[str],
     file_column: str | None = None,
+    sizes: list[int] | None = None,
 ) -> DataFrame:
     """The rows of the data files ``relative_paths`` (their names below ``root``, decoded) with
-    ``schema`` (and ``file_column``: the file each row comes from), a task per file."""
+    ``schema`` (and ``file_column``: the file each row comes from). Files are packed into tasks
+    as Spark packs its own reads (``_packed``, by ``sizes`` when known), and never split: a
+    file's rows stay in one task."""
     settings = storage.options()
     paths = list(relative_paths)
+    groups = _packed(spark, sizes) if sizes is not None else [[i] for i in range(len(paths))]
     out = schema if file_column is None else schema.append(pa.field(file_column, pa.string()))
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, base = storage.filesystem(root, settings)
         for batch in batches:
-            for i in batch.column(0).to_pylist():
+            for i in (i for g in batch.column(0).to_pylist() for i in groups[g]):
                 values = _values_in_path(paths[i])
                 with fs.open_input_file(f"{base}/{paths[i]}") as f:
                     parquet = pq.ParquetFile(f)
@@ -159,8 +177,39 @@ def read(
                             rows, out, values, partition_columns, file_column, paths[i]
                         )
 
-    numbers = spark.range(0, len(paths), 1, max(1, len(paths)))
+    numbers = spark.range(0, len(groups), 1, max(1, len(groups)))
     return numbers.mapInArrow(task, from_arrow_schema(out))
+
+
+def _packed(spark: SparkSession, sizes: list[int]) -> list[list[int]]:
+    """File numbers grouped into tasks as Spark's file reader groups files: at most
+    ``spark.sql.files.maxPartitionBytes`` a task (less when that would leave cores idle), each
+    file counting ``spark.sql.files.openCostInBytes`` more, the largest first (next fit). A day
+    of small raw files is then a few tasks, not thousands; ``merge.one_file_a_task``'s settings
+    give a task per file."""
+    conf = spark.conf
+    most = _bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    open_cost = _bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
+    cores = int(conf.get("spark.default.parallelism", None) or os.cpu_count() or 1)
+    total = sum(sizes) + open_cost * len(sizes)
+    target = min(most, max(open_cost, total // cores))
+    groups: list[list[int]] = []
+    filled = target + 1
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if groups and filled + sizes[i] <= target:
+            groups[-1].append(i)
+            filled += sizes[i] + open_cost
+        else:
+            groups.append([i])
+            filled = sizes[i] + open_cost
+    return groups
+
+
+def _bytes(text: str) -> int:
+    """A size as Spark's settings write it (``134217728b``, ``128k``, ``64m``)."""
+    text = text.strip().lower().removesuffix("b")
+    unit = "kmgtp".find(text[-1:]) + 1 if text[-1:].isalpha() else 0
+    return int(text[:-1] if unit else text) * 1024**unit
 
 
 def _values_in_path(relative: str) -> dict[str, str | None]:

@@ -268,10 +268,13 @@ def read(
         return empty.withColumn(FILE_COLUMN, F.lit(None).cast("string")) if with_file else empty
     if storage.is_remote(uri):
         names = [storage.relative(p, uri) for p in paths]
+        actions = add_actions(dt).select(["path", "size_bytes"]).to_pylist()
+        size = {unquote(a["path"]): a["size_bytes"] for a in actions}
         partitions = dt.metadata().partition_columns
         return arrow_files.read(
-            spark, uri, names, arrow, partitions, FILE_COLUMN if with_file else None
-        )
+            spark, uri, names, arrow, partitions, FILE_COLUMN if with_file else None,
+            sizes=[size.get(n, 0) for n in names],
+        )  # fmt: skip
     # Read with the table's schema, not one merged from the files' footers (a round trip that
     # opens them, half of a small read's time): a file written before a column was added reads
     # it as null, and the partition values in the paths get the schema's types. Spark puts the

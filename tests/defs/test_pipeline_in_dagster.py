@@ -96,7 +96,7 @@ def test_lindorm_hbase_demo_table_is_decoded_and_backfilled_with_per_partition_c
 
 def test_undeclared_tables_are_routed_and_get_assets_on_reload(spark, catalog):
     write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
-    extra = catalog.landing_uri / "shop" / f"dt={DAY}" / "zz-products.kafka.jsonl"
+    extra = Path(catalog.landing_uri) / "shop" / f"dt={DAY}" / "zz-products.kafka.jsonl"
     value = {"before": None, "after": {"id": 7, "name": "drill"}, "op": "c",
              "source": {"db": "inventory", "table": "products", "file": "mysql-bin.000001",
                         "pos": 9, "row": 0, "ts_ms": 1}}  # fmt: skip

@@ -7,6 +7,7 @@ one such run going."""
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -260,8 +261,8 @@ def test_landing_files_start_a_micro_batch_once_min_batch_bytes_wait(
     # Two more batches of demo files: the first alone is less than min_batch_bytes and waits
     # (max_wait_seconds is long); with the second, enough waits and one micro-batch takes both.
     sizes = [
-        next(p for p in write_demo_traffic(tmp_path / "sizes", batch=b, date=DAY) if "shop" in
-             p.parts).stat().st_size
+        next(p for p in map(Path, write_demo_traffic(tmp_path / "sizes", batch=b, date=DAY))
+             if "shop" in p.parts).stat().st_size
         for b in (1, 2)
     ]  # fmt: skip
     warehouse, landing = shop_catalog.warehouse_uri, shop_catalog.landing_uri

@@ -20,7 +20,7 @@ NEXT_DAY = "2026-03-02"
 def replay_demo_batch(
     spark, catalog: Catalog, warehouse: Path, landing: Path, batch: int, day: str, sources=None
 ) -> None:
-    for path in write_demo_traffic(landing, batch, day):
+    for path in map(Path, write_demo_traffic(landing, batch, day)):
         source = path.parent.parent.name
         if sources is None or source in sources:
             replay(spark, warehouse, [path], catalog.source(source), day)

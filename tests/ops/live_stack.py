@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -82,13 +83,17 @@ def running_step(home: Path, step: str, job_suffix: str = "__ingest") -> dg.Dags
 
 
 class Up:
-    """``cdc-platform up`` on ``work``'s sources.yaml and dagster home, its output in a file."""
+    """``cdc-platform up`` on ``work``'s sources.yaml and dagster home, its output in a file.
+    ``env``: variables set for it over this process's (the object store's ``AWS_*``, say)."""
 
-    def __init__(self, work: Path, ports: dict[str, int], *extra: str) -> None:
+    def __init__(
+        self, work: Path, ports: dict[str, int], *extra: str, env: Mapping[str, str] | None = None
+    ) -> None:
         self.work, self.ports = work, ports
         self.home = work / "home"
         self.out = work / f"up-{len(list(work.glob('up-*')))}.out"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SPARK_"))}
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SPARK_"))}
+        env = {**inherited, **(env or {})}
         argv = [str(BIN / "cdc-platform"), "up", "--sources", str(work / "sources.yaml"),
                 "--dagster-home", str(self.home),
                 *[f"--{name}={port}" for name, port in ports.items()], *extra]  # fmt: skip
