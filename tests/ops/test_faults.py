@@ -76,6 +76,7 @@ class Live:
     streams: dict[str, Stream]
     producer: Producer
     disk: str | None  # None: the warehouse is on a tmpfs of its own; else why it is not
+    lag_s = LAG_S  # how old the newest event shown may be, to count as recovered
 
     @property
     def warehouse(self) -> Path:
@@ -115,7 +116,7 @@ class Live:
 
     def recovery(self, since: float, timeout: float = RECOVERY_TIMEOUT) -> float:
         """Seconds from ``since`` (epoch) until every source's current table has shown an event
-        written after it, at most LAG_S old. Each source on its own: their runs commit at
+        written after it, at most ``lag_s`` old. Each source on its own: their runs commit at
         different moments, and both fresh at one instant is luck, not recovery."""
         caught_up: dict[str, float] = {}
 
@@ -123,7 +124,7 @@ class Live:
             now = time.time()
             for source in set(SOURCES) - set(caught_up):
                 shown = position_ms(self.warehouse, source)
-                if shown is not None and shown >= since * 1000 and now - shown / 1000 <= LAG_S:
+                if shown is not None and shown >= since * 1000 and now - shown / 1000 <= self.lag_s:
                     caught_up[source] = now
             return len(caught_up) == len(SOURCES)
 

@@ -1,5 +1,5 @@
-"""Faults injected into the live stack with its lake on object storage (marker ``faults``, and
-``s3``: `make test-faults` and `make test-s3` both run it).
+"""Faults injected into the live stack with its lake on object storage (markers ``faults`` and
+``s3``: `make test-faults` runs it).
 
 The stack of tests/ops/test_faults.py (`cdc-platform up`: the embedded broker, the supervised
 Spark Connect server, `dagster dev` with deploy/dagster.yaml, the soak's two sources under the
@@ -10,7 +10,7 @@ server's ``AWS_*`` variables, the generator puts each landing file as one object
 checks read the tables from the bucket (this process has the same variables).
 
 Each test keeps the traffic flowing, injects one fault, waits for each source's current table to
-show an event written after it (at most LAG_S old), then stops the traffic, waits for the drain
+show an event written after it (at most ``lag_s`` old), then stops the traffic, waits for the drain
 and checks that nothing was lost or duplicated: each current table equals the generator's
 reference state, and raw holds every message exactly once, each with an outcome. With
 CDC_FAULT_REPORT set, each test appends its figures to that file (bench/faults.py prints them).
@@ -54,6 +54,9 @@ class LiveS3(Live):
 
     server: S3Server
     bucket: str
+    # A run per batch on the bucket takes 70-100 s on the 2-core machine (the production
+    # stack's test, under load): the local stack's 45 s was never met within the timeout.
+    lag_s = 150.0
 
     @property
     def warehouse(self) -> str:  # type: ignore[override]  (a location, not a folder)
@@ -163,23 +166,13 @@ def _step_records(home, finished: list[dg.DagsterRun]) -> dict[str, list[str]]:
     return found
 
 
-def test_traffic_on_the_bucket_without_a_fault(live):
-    """The yardstick on the bucket: traffic with no fault (the stack's first runs done), then
-    drained and exact, read back from the bucket; nothing of the lake on the local disk."""
-    with live.traffic():
-        live.recovery(time.time(), timeout=600)  # the first runs: a cold Spark server
-        seconds = live.recovery(time.time())
-    found = live.drained_and_exact()  # nothing lost or duplicated
-    assert not (live.work / "warehouse").exists() and not (live.work / "landing").exists()
-    _report("s3_traffic_without_a_fault", recovery_s=round(seconds, 1), found=found)
-
-
 def test_run_killed_mid_commit_on_the_bucket(live):
     """kill -9 of a run's processes at a random moment of its normalize or merge step, which
     write data files to the bucket and then commit the Delta log there: run monitoring marks it
     failed, and the next runs take its batch once (files it wrote without a commit stay unread)."""
     rng = random.Random(7)
     with live.traffic():
+        live.recovery(time.time(), timeout=600)  # the first runs: a cold Spark server
         deadline = time.monotonic() + 300
         while True:
             run, step = live.wait_for(lambda: _in_step(live.home, STEPS_KILLED), 180,
@@ -195,6 +188,7 @@ def test_run_killed_mid_commit_on_the_bucket(live):
         ended = live.ended(run, 120, "run monitoring did not end the killed run")
     assert ended.status == dg.DagsterRunStatus.FAILURE, ended.status
     found = live.drained_and_exact()  # nothing lost or duplicated
+    assert not (live.work / "warehouse").exists() and not (live.work / "landing").exists()
     _report("s3_run_killed_mid_commit", recovery_s=round(seconds, 1),
             killed=f"{run.job_name} in {step}, {len(killed)} processes", found=found)  # fmt: skip
 
