@@ -1,8 +1,8 @@
 """Where the lake's bytes live: a local folder (a path) or S3-compatible object storage
 (``s3://bucket/prefix``), and how to reach it.
 
-Every location of the lake (the warehouse, a landing folder, the Data Docs site) is a string:
-a local path, or a URI. The options use the names delta-rs and object_store read
+Every location of the lake (the warehouse, a landing folder) is a string: a local path, or a
+URI. The options use the names delta-rs and object_store read
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN``, ``AWS_ALLOW_HTTP``, ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``): the
 environment's, under those the sources file sets (``storage_options``, ``configure``). The
@@ -105,7 +105,7 @@ def relative(location: str, under: str) -> str:
     """``location``'s path below ``under``."""
     if is_remote(location):
         return location.removeprefix(under.rstrip("/") + "/")
-    return str(Path(location).relative_to(under))
+    return os.path.relpath(os.path.abspath(location), os.path.abspath(under))
 
 
 def delta_options(location: str) -> dict[str, str] | None:
@@ -141,8 +141,10 @@ def filesystem(
         return pafs.LocalFileSystem(), os.path.abspath(location.removeprefix("file://"))
     parsed = urlparse(location)
     settings = options() if settings is None else settings
-    if not settings.get("AWS_ACCESS_KEY_ID") and "AWS_ACCESS_KEY_ID" not in os.environ:
-        # pyarrow would try the instance's metadata endpoint and hang: say what is missing.
+    keyless = not settings.get("AWS_ACCESS_KEY_ID") and "AWS_ACCESS_KEY_ID" not in os.environ
+    if keyless and settings.get("AWS_ENDPOINT_URL"):
+        # Off AWS, pyarrow would ask an instance metadata endpoint for a role and hang: say what
+        # is missing. On AWS (no endpoint) the SDK's default chain (an IAM role) may serve.
         raise StorageError(f"{location}: AWS_ACCESS_KEY_ID is not set")
     return _s3(tuple(sorted(settings.items()))), parsed.netloc + parsed.path.rstrip("/")
 
@@ -201,7 +203,7 @@ def _problem(location: str, error: OSError) -> str:
     text = str(error)
     bucket = urlparse(location).netloc
     endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
-    if "NO_SUCH_BUCKET" in text or "does not exist" in text and "bucket" in text.lower():
+    if "NO_SUCH_BUCKET" in text or ("does not exist" in text and "bucket" in text.lower()):
         return f"{location}: bucket {bucket!r} does not exist at {endpoint}"
     for code in ("SIGNATURE_DOES_NOT_MATCH", "ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "403"):
         if code in text:

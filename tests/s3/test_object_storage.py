@@ -42,7 +42,6 @@ def _objects(bucket: str) -> list[str]:
     return [i.path for i in listed if i.type == pafs.FileType.File]
 
 
-@pytest.mark.connect
 def test_the_corpus_replayed_to_a_bucket_leaves_the_tables_it_leaves_on_disk(
     spark, s3_env, s3_bucket, tmp_path, monkeypatch
 ):
