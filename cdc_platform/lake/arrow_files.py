@@ -232,7 +232,7 @@ def _conformed(
     arrays = []
     for field in schema:
         if field.name in partition_columns:
-            text = pa.array([values.get(field.name)] * n, pa.string())
+            text = pa.repeat(pa.scalar(values.get(field.name), pa.string()), n)
             arrays.append(text.cast(field.type))
         elif field.name in rows.schema.names:
             arrays.append(_conform(rows.column(field.name), field.type))
