@@ -6,13 +6,15 @@ one process and one warm Spark session, each measured the same way, alternating:
 2. a micro-batch: ``--batch`` more events (the same keys, later) into those tables, as a live
    run's micro-batch takes them: raw, normalize, merge;
 3. a sensor tick over a landing prefix of ``--objects`` files that raw already holds (what the
-   landing sensor lists and compares every tick).
+   landing sensor lists and compares every tick): an hourly whole listing, and a tick between
+   them, which lists from the last name raw holds on (``--ticks-only``: just these).
 
 For each S3 round it prints the requests the server served (the gateway's counters: LIST, GET
 (HEAD counts as a GET), PUT, POST, DELETE), since a store bills requests. Loopback has no
 network latency: a real store's round trips add to every request counted here.
 
     .venv/bin/python bench/object_storage.py [--events N] [--batch N] [--objects N] [--rounds N]
+        [--ticks-only]
 """
 
 import argparse
@@ -58,9 +60,9 @@ def pipeline(spark, landing: Path, warehouse: str, whole_date: bool) -> dict[str
     return times
 
 
-def tick(warehouse: str, landing: str) -> float:
+def tick(warehouse: str, landing: str, full: bool) -> float:
     start = time.perf_counter()
-    pending = pending_landing_files(warehouse, "ticks", storage.join(landing, "ticks"))
+    pending = pending_landing_files(warehouse, "ticks", storage.join(landing, "ticks"), full)
     assert pending == {}, "raw should hold every file"
     return time.perf_counter() - start
 
@@ -72,6 +74,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument("--objects", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=2, help="of each, alternating local and S3")
+    ap.add_argument("--ticks-only", action="store_true", help="only the sensor ticks")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-s3-"))
@@ -89,7 +92,7 @@ def main() -> None:
         pipeline(spark, warm, str(work / "warm-warehouse"), True)  # JIT and caches, untimed
 
         results: dict[str, list[dict]] = {"local": [], "s3": []}
-        for n in range(args.rounds):
+        for n in range(0 if args.ticks_only else args.rounds):
             for where in ("local", "s3") if n % 2 == 0 else ("s3", "local"):
                 base = str(work / f"{where}{n}") if where == "local" else f"s3://bench/r{n}"
                 warehouse = storage.join(base, "warehouse")
@@ -112,16 +115,19 @@ def main() -> None:
             for i in range(args.objects):
                 storage.write_whole(storage.join(folder, f"{i:06d}.jsonl"), b'{"op":"x"}\n')
             ingest_landing(warehouse, "ticks", storage.join(landing, "ticks"), [DATE])
-            times, before = [], server.requests()
-            for _ in range(5):
-                times.append(tick(warehouse, landing))
-            requests = _diff(server.requests(), before)
-            per_tick = {k: v / 5 for k, v in requests.items()}
-            print(
-                f"tick {where}: median {sorted(times)[2]:.3f} s over 5"
-                + (f", requests per tick {per_tick}" if where == "s3" else ""),
-                flush=True,
-            )
+            for kind, full in (("whole listing", True), ("from the last name", False)):
+                times, before = [], server.requests()
+                for _ in range(5):
+                    times.append(tick(warehouse, landing, full))
+                requests = _diff(server.requests(), before)
+                per_tick = {k: v / 5 for k, v in requests.items()}
+                print(
+                    f"tick {where}, {kind}: median {sorted(times)[2]:.3f} s over 5"
+                    + (f", requests per tick {per_tick}" if where == "s3" else ""),
+                    flush=True,
+                )
+        if args.ticks_only:
+            return
 
         print("\nmedians (s):")
         for kind in ("replay", "micro_batch"):

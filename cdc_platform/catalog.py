@@ -464,6 +464,14 @@ class SourceConfig(_KeyAndTypes):
         description="least time between two evaluations of the source's sensor (a tick reads "
         "the Delta log and the broker's offsets, no Spark)",
     )
+    full_listing_minutes: float = Field(
+        60,
+        gt=0,
+        description="files sources: how often the sensor (or a continuous run) lists the whole "
+        "landing folder; in between it lists only the names from the last one raw holds on "
+        "(new files, the last one grown). A full listing finds files landed under an earlier "
+        "name, and files rewritten after a later one was read",
+    )
     continuous: ContinuousConfig | None = Field(
         None,
         description="run the source continuously (true, or the block): one long run takes "

@@ -274,10 +274,11 @@ def postgres_server() -> Iterator:  # of tests.postgres_server.PostgresServer
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:  # of S3Server
     """A real S3 server of the run's own (SeaweedFS, tests/s3_server.py) on loopback, a random
-    key per run; ``.env()`` gives the ``AWS_*`` variables. Stopped at the end of the run."""
+    key per run; ``.env()`` gives the ``AWS_*`` variables, ``.requests()`` the requests served.
+    Stopped at the end of the run."""
     from tests.s3_server import S3Server
 
-    with S3Server(tmp_path_factory.mktemp("seaweedfs")) as server:
+    with S3Server(tmp_path_factory.mktemp("seaweedfs"), metrics=True) as server:
         yield server
 
 

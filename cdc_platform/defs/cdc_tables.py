@@ -16,7 +16,13 @@ from cdc_platform.defs.metadata import (
 )
 from cdc_platform.defs.partitions import daily_partitions, with_start_date
 from cdc_platform.defs.resources import LakeResource, SparkResource
-from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, source_tags
+from cdc_platform.defs.runs import (
+    FULL_LISTING,
+    INCREMENTAL,
+    INCREMENTAL_TAG,
+    LISTING_TAG,
+    source_tags,
+)
 from cdc_platform.defs.sensors import build_landing_sensor
 from cdc_platform.defs.transient import retried_if_transient
 from cdc_platform.lake import (
@@ -56,15 +62,17 @@ def build_raw_asset(source: SourceConfig, landing_dir: str) -> dg.AssetsDefiniti
     )
     def raw(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
         with profiled(context), retried_if_transient(context):
-            # A sensor run ingests the files raw does not hold as they are now; any other run (a
-            # backfill, a manual materialization) replaces its dates whole.
-            incremental = context.run.tags.get(INCREMENTAL_TAG) == INCREMENTAL
+            # A sensor run ingests the files raw does not hold as they are now, listed as its
+            # tick listed them; any other run (a backfill, a manual one) replaces its dates.
+            tags = context.run.tags
+            incremental = tags.get(INCREMENTAL_TAG) == INCREMENTAL
             result = ingest_landing(
                 lake.warehouse_uri,
                 source.name,
                 lake.landing_for(source.name),
                 context.partition_keys,
                 whole_date=not incremental,
+                full=tags.get(LISTING_TAG) == FULL_LISTING,
             )
             return outputs.landing_raw(lake.warehouse_uri, source, result).result(context)
 

@@ -125,6 +125,7 @@ class MicroBatches:
     taken: kafka.KafkaIngestResult | None = None  # the last Kafka micro-batch's raw
     reader: kafka.KafkaReader | None = None  # a Kafka source's consumer, open between micro-batches
     warned: set[str] = field(default_factory=set)  # landing dates said to be outside
+    listed_at: float | None = None  # when the landing folder was last listed whole (monotonic)
     gather: Gather = field(init=False)  # when the next micro-batch starts
 
     def __post_init__(self) -> None:
@@ -154,7 +155,8 @@ class MicroBatches:
                 for start, high in partitions.values()
             )
         else:
-            waiting = sum(f.size for files in self._landing_dates().values() for f in files)
+            pending = self._landing_dates(self._full_listing_due())
+            waiting = sum(f.size for files in pending.values() for f in files)
         return self.gather.ready(waiting, time.monotonic())
 
     def learn(self, took: float) -> None:
@@ -185,13 +187,17 @@ class MicroBatches:
             if not batch.records:
                 return None, []
             return outputs.kafka_raw(warehouse, source, batch), [date]
+        full, started = self._full_listing_due(), time.monotonic()
         with phase("raw.pending"):
-            dates = sorted(self._landing_dates())
+            dates = sorted(self._landing_dates(full))
+        if dates:
+            landing_dir = self.lake.landing_for(source.name)
+            with phase("raw"):
+                result = ingest_landing(warehouse, source.name, landing_dir, dates, full=full)
+        if full:
+            self.listed_at = started
         if not dates:
             return None, []
-        landing_dir = self.lake.landing_for(source.name)
-        with phase("raw"):
-            result = ingest_landing(warehouse, source.name, landing_dir, dates)
         return outputs.landing_raw(warehouse, source, result), dates
 
     def release(self) -> None:
@@ -201,12 +207,19 @@ class MicroBatches:
             self.reader, reader = None, self.reader
             reader.close()
 
-    def _landing_dates(self) -> dict[str, list[LandingFile]]:
-        """The landing files raw does not hold, per date within the partitions. Dates outside
-        them wait, as they do for the sensor; said once per run."""
+    def _full_listing_due(self) -> bool:
+        """Whether the landing folder is to be listed whole (``full_listing_minutes``, as the
+        sensor does): at a run's first micro-batch, then every so many minutes."""
+        every = self.source.full_listing_minutes * 60
+        return self.listed_at is None or time.monotonic() - self.listed_at >= every
+
+    def _landing_dates(self, full: bool) -> dict[str, list[LandingFile]]:
+        """The landing files raw does not hold, per date within the partitions (``full``: from
+        a whole listing). Dates outside them wait, as they do for the sensor; said once per
+        run."""
         source = self.source
         landing_dir = self.lake.landing_for(source.name)
-        pending = pending_landing(self.lake.warehouse_uri, source.name, landing_dir)
+        pending = pending_landing(self.lake.warehouse_uri, source.name, landing_dir, full)
         valid = set(self.partitions.get_partition_keys())
         if outside := sorted(d for d in pending if d not in valid and d not in self.warned):
             self.context.log.warning(outside_partitions_warning(source, self.partitions, outside))

@@ -7,8 +7,10 @@ tag in progress at a time. The sensors also skip while a run of their job is in 
 do not pile up requests behind it.
 """
 
+import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -20,6 +22,10 @@ from cdc_platform.steps.progress import unfinished
 # Run tag of sensor runs: they ingest and normalize only what raw or the change log lacks.
 INCREMENTAL_TAG = "cdc/mode"
 INCREMENTAL = "incremental"
+# Run tag of a files source's sensor runs: "full" when the tick listed the landing folder whole
+# (the run lists its dates whole too), else the run lists from the last name raw holds on.
+LISTING_TAG = "cdc/listing"
+FULL_LISTING = "full"
 # The run tag the queue limits to one run in progress per value.
 SOURCE_TAG = "cdc/source"
 # Its value on the SQL models' automation runs (a source may not be named so: catalog.py).
@@ -46,13 +52,15 @@ def run_in_flight(instance: dg.DagsterInstance, job_name: str) -> dg.DagsterRun 
 @dataclass(frozen=True, kw_only=True)
 class SensorCursor:
     """What a source's sensor keeps between ticks (JSON): the run key of the last run it
-    requested, raw's Delta version at the last tick, and how many times raw was seen recreated
+    requested, raw's Delta version at the last tick, how many times raw was seen recreated
     (its version went back, e.g. tables cleared): what raw lacks starts over then, and the
-    generation keeps the new run keys apart from the old ones."""
+    generation keeps the new run keys apart from the old ones; and when a files source's
+    landing folder was last listed whole (epoch seconds)."""
 
     run_key: str | None = None
     raw_version: int | None = None
     generation: int = 0
+    listed_at: float | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> "SensorCursor":
@@ -63,6 +71,7 @@ class SensorCursor:
             run_key=data.get("run_key"),
             raw_version=data.get("raw_version"),
             generation=int(data["generation"]),
+            listed_at=data.get("listed_at"),
         )
 
     def generation_at(self, version: int | None) -> int:
@@ -93,10 +102,28 @@ class Tick:
 
     last: SensorCursor
     raw_version: int | None
+    listed_at: float | None = None  # this tick listed the landing folder whole then
 
     @classmethod
     def start(cls, cursor: str | None, raw_version: int | None) -> "Tick":
-        return cls(SensorCursor.parse(cursor), raw_version)
+        last = SensorCursor.parse(cursor)
+        return cls(last, raw_version, last.listed_at)
+
+    def listing(self, every_minutes: float) -> tuple["Tick", bool]:
+        """This tick and whether it lists the landing folder whole: when the last whole listing
+        is ``every_minutes`` old, or none was made (the cursor then holds this one's time)."""
+        now = time.time()
+        if self.listed_at is not None and now - self.listed_at < every_minutes * 60:
+            return self, False
+        return dataclasses.replace(self, listed_at=now), True
+
+    def cursor(self, run_key: str | None) -> str:
+        return SensorCursor(
+            run_key=run_key,
+            raw_version=self.raw_version,
+            generation=self.generation,
+            listed_at=self.listed_at,
+        ).dumps()
 
     @property
     def generation(self) -> int:
@@ -105,10 +132,7 @@ class Tick:
         return self.last.generation_at(self.raw_version)
 
     def skip(self, reason: str) -> dg.SensorResult:
-        cursor = SensorCursor(
-            run_key=self.last.run_key, raw_version=self.raw_version, generation=self.generation
-        )
-        return dg.SensorResult(skip_reason=reason, cursor=cursor.dumps())
+        return dg.SensorResult(skip_reason=reason, cursor=self.cursor(self.last.run_key))
 
     def request(
         self, pending: str, what: str, make: Callable[[str], dg.RunRequest]
@@ -121,8 +145,7 @@ class Tick:
                 f"a run was already requested for these {what} ({key}) and has not ingested "
                 "them; if it failed, re-execute it"
             )
-        cursor = SensorCursor(run_key=key, raw_version=self.raw_version, generation=self.generation)
-        return dg.SensorResult(run_requests=[make(key)], cursor=cursor.dumps())
+        return dg.SensorResult(run_requests=[make(key)], cursor=self.cursor(key))
 
 
 def finish_or_skip(

@@ -6,8 +6,10 @@ from cdc_platform.catalog import SourceConfig
 from cdc_platform.defs.partitions import today
 from cdc_platform.defs.resources import LakeResource
 from cdc_platform.defs.runs import (
+    FULL_LISTING,
     INCREMENTAL,
     INCREMENTAL_TAG,
+    LISTING_TAG,
     SensorCursor,
     Tick,
     finish_or_skip,
@@ -26,10 +28,13 @@ def pending_text(pending: dict[str, list[str]]) -> str:
     return ";".join(f"{d}:{','.join(sorted(names))}" for d, names in sorted(pending.items()))
 
 
-def request_for(dates: list[str], key: str, files: int) -> dg.RunRequest:
+def request_for(dates: list[str], key: str, files: int, full: bool) -> dg.RunRequest:
     """One incremental run over ``dates``: their partition, or the range from first to last
-    (the dates between have nothing pending, so the run ingests nothing for them)."""
+    (the dates between have nothing pending, so the run ingests nothing for them); ``full``:
+    the tick listed the landing folder whole, and so does the run for its dates."""
     tags = {INCREMENTAL_TAG: INCREMENTAL, "cdc/pending_files": str(files)}
+    if full:
+        tags[LISTING_TAG] = FULL_LISTING
     first, last = min(dates), max(dates)
     if first == last:
         return dg.RunRequest(run_key=key, partition_key=first, tags=tags)
@@ -66,7 +71,10 @@ def build_landing_sensor(
             "A tick skips while a run of the job is queued or running, and when the last request "
             "did not ingest its files (it failed: re-execute it). Dates outside the source's "
             "partitions are logged and left alone. With no file pending, it requests a run once "
-            "when an output lacks part of its input (a run died after its raw commit)."
+            "when an output lacks part of its input (a run died after its raw commit). A tick "
+            "lists only the landing names from the last one raw holds on (new files, the last "
+            f"grown), and the whole folder every {source.full_listing_minutes:g} minutes "
+            "(full_listing_minutes): files landed under earlier names, files rewritten."
         ),
     )
     def landing_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
@@ -78,8 +86,9 @@ def build_landing_sensor(
             )
         raw = TableRef(RAW, source.name).uri(lake.warehouse_uri)
         tick = Tick.start(context.cursor, version(raw))  # recreated: files pending again
+        tick, full = tick.listing(source.full_listing_minutes)
         pending = pending_landing_files(
-            lake.warehouse_uri, source.name, lake.landing_for(source.name)
+            lake.warehouse_uri, source.name, lake.landing_for(source.name), full
         )
         valid = set(partitions.get_partition_keys())
         outside = sorted(d for d in pending if d not in valid)
@@ -89,13 +98,14 @@ def build_landing_sensor(
         if not pending:
             return finish_or_skip(
                 context, tick, job_name, lake.warehouse_uri, source,
-                lambda key: request_for([today().isoformat()], key, 0),
+                lambda key: request_for([today().isoformat()], key, 0, full),
                 "raw holds every landing file"
                 + (f" (dates outside the partitions: {', '.join(outside)})" if outside else ""),
             )  # fmt: skip
         files = sum(len(names) for names in pending.values())
         return tick.request(
-            pending_text(pending), "files", lambda key: request_for(sorted(pending), key, files)
-        )
+            pending_text(pending), "files",
+            lambda key: request_for(sorted(pending), key, files, full),
+        )  # fmt: skip
 
     return landing_sensor

@@ -67,39 +67,46 @@ class Listed:
     mtime_ns: int
 
 
-def _listing(location: str, recursive: bool) -> list[pafs.FileInfo]:
-    try:
-        fs, path = storage.filesystem(location)
-        return fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
-    except OSError as e:
-        raise LandingError(f"cannot list landing folder {location}: {e}") from None
-
-
 def partition_dates(source_dir: str) -> list[str]:
-    """The ``dt=`` folders of a source's landing folder, oldest first."""
+    """The ``dt=`` folders of a source's landing folder, oldest first (one level listed: in a
+    bucket, one request per 1,000 folders)."""
+    try:
+        fs, path = storage.filesystem(str(source_dir))
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as e:
+        raise LandingError(f"cannot list landing folder {source_dir}: {e}") from None
     return sorted(
         m.group(1)
-        for info in _listing(str(source_dir), recursive=False)
+        for info in infos
         if info.type == pafs.FileType.Directory and (m := _DATE_DIR.match(info.base_name))
     )
 
 
 def files_for_date(source_dir: str, date: str) -> list[Listed]:
     """Message files of one ingest date, in name order (their order is the offset order)."""
-    source_dir = str(source_dir)
-    folder = storage.join(source_dir, f"dt={date}")
-    below = len(storage.filesystem(folder)[1]) + 1  # a listed path's name below the folder
-    found = [
-        Listed(
-            storage.join(folder, name := info.path[below:]),
-            f"dt={date}/{name}",
-            info.size,
-            info.mtime_ns or 0,
-        )  # fmt: skip
-        for info in _listing(folder, recursive=True)
-        if info.type == pafs.FileType.File and not info.base_name.startswith(".")
-    ]
-    return sorted(found, key=lambda f: f.name)
+    return _message_files(str(source_dir), f"dt={date}", None)
+
+
+def files_after(source_dir: str, after: str | None) -> list[Listed]:
+    """Message files of every ingest date whose names (``dt=…/…``) sort after ``after`` (all:
+    None), in name order: a listing that starts after ``after`` (one request per 1,000 names in
+    a bucket), so that what it costs follows what is new, not the landing tree."""
+    return _message_files(str(source_dir), None, after)
+
+
+def _message_files(source_dir: str, date_dir: str | None, after: str | None) -> list[Listed]:
+    folder = storage.join(source_dir, date_dir) if date_dir else source_dir
+    try:
+        listed = storage.list_files(folder, after)
+    except OSError as e:
+        raise LandingError(f"cannot list landing folder {folder}: {e}") from None
+    found = []
+    for f in listed:
+        name = f"{date_dir}/{f.path}" if date_dir else f.path
+        top, _, rest = name.partition("/")
+        if rest and _DATE_DIR.match(top) and not rest.rsplit("/", 1)[-1].startswith("."):
+            found.append(Listed(storage.join(source_dir, name), name, f.size, f.mtime_ns))
+    return found
 
 
 def date_of(location: str, default: str) -> str:

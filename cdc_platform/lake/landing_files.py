@@ -53,13 +53,16 @@ class LandingFile:
     mtime_ns: int
 
 
-def _date_actions(dt: DeltaTable, date: str) -> pa.Table:
-    actions = pa.table(dt.get_add_actions(flatten=True))
+def _date_actions(actions: pa.Table, date: str) -> pa.Table:
     if actions.num_rows == 0:
         return actions
     return actions.filter(
         pc.equal(actions[f"partition.{PARTITION_COLUMN}"].cast(pa.string()), date)
     )
+
+
+def _add_actions(dt: DeltaTable) -> pa.Table:
+    return pa.table(dt.get_add_actions(flatten=True))
 
 
 def _identity(path: str, low: str | None, high: str | None) -> LandingFile | None:
@@ -68,6 +71,31 @@ def _identity(path: str, low: str | None, high: str | None) -> LandingFile | Non
     if m is None or low is None or low != high:
         return None
     return LandingFile(low, int(m.group(1)), int(m.group(2)))
+
+
+class Held:
+    """The landing files raw holds, from its add actions (one read of its Delta state)."""
+
+    def __init__(self, uri: str):
+        self._actions = _add_actions(open_table(uri)) if exists(uri) else None
+
+    def last_name(self) -> str | None:
+        """The greatest landing file name raw holds (None: none)."""
+        if self._actions is None or "max.file" not in self._actions.column_names:
+            return None
+        return pc.max(self._actions["max.file"]).as_py()
+
+    def of_date(self, date: str) -> dict[str, LandingFile] | None:
+        """The landing files raw holds for ``date`` (name -> file); None when the date holds a
+        data file of no single landing file."""
+        if self._actions is None:
+            return {}
+        found = {}
+        for _, _, file in _rows(_date_actions(self._actions, date)):
+            if file is None:
+                return None
+            found[file.name] = file
+        return found
 
 
 def _rows(actions: pa.Table) -> list[tuple[str, int, LandingFile | None]]:
@@ -82,16 +110,8 @@ def _rows(actions: pa.Table) -> list[tuple[str, int, LandingFile | None]]:
 
 
 def manifest(uri: str, date: str) -> dict[str, LandingFile] | None:
-    """The landing files raw holds for ``date`` (name -> file), from the data files' names and
-    statistics; None when the date holds a data file of no single landing file."""
-    if not exists(uri):
-        return {}
-    found = {}
-    for _, _, file in _rows(_date_actions(open_table(uri), date)):
-        if file is None:
-            return None
-        found[file.name] = file
-    return found
+    """``Held(uri).of_date(date)``."""
+    return Held(uri).of_date(date)
 
 
 class _Stats:
@@ -222,7 +242,7 @@ def write(
     dt = open_table(uri)
     removes = []
     now = int(time.time() * 1000)
-    for path, size, file in _rows(_date_actions(dt, date)):
+    for path, size, file in _rows(_date_actions(_add_actions(dt), date)):
         if not whole_date and file is None:
             raise ValueError(
                 f"{uri}: {date} holds rows of several landing files in one data file (written "
@@ -262,7 +282,7 @@ def replaced_names(uri: str, after: int | None, upto: int) -> dict[str, list[str
     if not gone:
         return {}
     names: dict[str, set[str]] = {}
-    actions = pa.table(open_table(uri, after).get_add_actions(flatten=True))
+    actions = _add_actions(open_table(uri, after))
     dates = actions[f"partition.{PARTITION_COLUMN}"].cast(pa.string()).to_pylist()
     fs, base = storage.filesystem(uri)
     for (path, _, file), date in zip(_rows(actions), dates, strict=True):

@@ -8,18 +8,25 @@ URI. The options use the names delta-rs and object_store read
 environment's, under those the sources file sets (``storage_options``, ``configure``). The
 Delta log goes through delta-rs with them (``delta_options``); data files and landing files
 through pyarrow's filesystem (``filesystem``), on the driver and in Spark's executors alike
-(Spark's own readers have no S3 filesystem: pyspark ships no hadoop-aws). Secrets stay in
+(Spark's own readers have no S3 filesystem: pyspark ships no hadoop-aws). Files are listed by
+``list_files``, in a bucket through obstore (object_store, as delta-rs): pyarrow's listing has no
+start-after, and a listing that can start after a key costs what is new, not the whole tree.
+Secrets stay in
 these options: nothing here logs them, and errors name the variable, never its value.
 """
 
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
+import obstore
 import pyarrow.fs as pafs
+from obstore.store import S3Store
 
 OPTION_NAMES = (
     "AWS_ENDPOINT_URL",
@@ -140,13 +147,92 @@ def filesystem(
     if not is_remote(location):
         return pafs.LocalFileSystem(), os.path.abspath(location.removeprefix("file://"))
     parsed = urlparse(location)
+    return _s3(_remote_settings(location, settings)), parsed.netloc + parsed.path.rstrip("/")
+
+
+def _remote_settings(
+    location: str, settings: Mapping[str, str] | None = None
+) -> tuple[tuple[str, str], ...]:
     settings = options() if settings is None else settings
     keyless = not settings.get("AWS_ACCESS_KEY_ID") and "AWS_ACCESS_KEY_ID" not in os.environ
     if keyless and settings.get("AWS_ENDPOINT_URL"):
-        # Off AWS, pyarrow would ask an instance metadata endpoint for a role and hang: say what
-        # is missing. On AWS (no endpoint) the SDK's default chain (an IAM role) may serve.
+        # Off AWS, a client would ask an instance metadata endpoint for a role and hang: say
+        # what is missing. On AWS (no endpoint) the SDK's default chain (an IAM role) may serve.
         raise StorageError(f"{location}: AWS_ACCESS_KEY_ID is not set")
-    return _s3(tuple(sorted(settings.items()))), parsed.netloc + parsed.path.rstrip("/")
+    return tuple(sorted(settings.items()))
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file as a listing gives it: its path below the listed location, size and mtime."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+def list_files(location: str, start_after: str | None = None) -> list[FileEntry]:
+    """Every file below ``location`` (at any depth) whose path below it sorts after
+    ``start_after``, in path order. In a bucket: one request (ListObjectsV2 with start-after)
+    per 1,000 such keys; locally, only the folders that can hold such a path are read."""
+    if not is_remote(location):
+        root = os.path.abspath(location.removeprefix("file://"))
+        found = list(_local_files(root, "", start_after))
+    else:
+        found = _object_files(location, start_after)
+    return sorted(found, key=lambda f: f.path)  # a folder's own order is by name, not by path
+
+
+def _object_files(location: str, start_after: str | None) -> list[FileEntry]:
+    parsed = urlparse(location)
+    prefix = parsed.path.strip("/") + "/" if parsed.path.strip("/") else ""
+    store = _object_store(parsed.netloc, _remote_settings(location))
+    found = []
+    try:
+        offset = prefix + start_after if start_after is not None else None
+        for chunk in obstore.list(store, prefix or None, offset=offset):
+            found += [
+                FileEntry(m["path"][len(prefix) :], m["size"], _ns(m["last_modified"]))
+                for m in chunk
+            ]
+    except Exception as e:  # obstore's errors are not OSError: raised as the listing's
+        raise OSError(f"cannot list {location}: {e}") from None
+    return found
+
+
+def _ns(when) -> int:
+    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+
+
+def _local_files(root: str, below: str, start_after: str | None) -> Iterator[FileEntry]:
+    """The files under ``root/below`` after ``start_after`` (paths below ``root``), in path
+    order: a folder is read only when a path in it can sort after ``start_after``."""
+    try:
+        entries = sorted(os.scandir(os.path.join(root, below)), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        path = f"{below}{entry.name}"
+        if entry.is_dir():
+            folder = path + "/"  # every path in it starts so
+            if start_after is None or folder > start_after[: len(folder)]:
+                yield from _local_files(root, folder, None)
+            elif start_after.startswith(folder):
+                yield from _local_files(root, folder, start_after)
+        elif entry.is_file() and (start_after is None or path > start_after):
+            stat = entry.stat()
+            yield FileEntry(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _object_store(bucket: str, settings: tuple[tuple[str, str], ...]) -> S3Store:
+    return S3Store(
+        bucket,
+        config=dict(settings),
+        # As ``_s3``: a store that stops answering fails the listing, retried by the step.
+        client_options={"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=30)},
+        retry_config={"max_retries": 2, "retry_timeout": timedelta(seconds=30)},
+    )
 
 
 def delete_tree(location: str) -> None:

@@ -27,13 +27,10 @@ class IngestResult:
     replaced_dates: list[str] = field(default_factory=list)  # written whole
 
 
-def _listing(landing_dir: str, date: str) -> list[tuple[str, LandingFile]]:
-    """The date's landing files with their size and mtime, taken before they are read: a file
+def _files(listed: list[landing.Listed]) -> list[tuple[str, LandingFile]]:
+    """Listed files with the size and mtime the listing saw, taken before they are read: a file
     that grows meanwhile differs from what was recorded and is read again next time."""
-    return [
-        (f.location, LandingFile(f.name, f.size, f.mtime_ns))
-        for f in landing.files_for_date(landing_dir, date)
-    ]
+    return [(f.location, LandingFile(f.name, f.size, f.mtime_ns)) for f in listed]
 
 
 def _pending(
@@ -44,20 +41,54 @@ def _pending(
     return [(p, f) for p, f in listing if held.get(f.name) != f]
 
 
-def pending_landing(warehouse: str, source: str, landing_dir: str) -> dict[str, list[LandingFile]]:
-    """Per landing date, the files raw does not hold as they are now (new, grown, rewritten)."""
+def _to_ingest(
+    uri: str, landing_dir: str, dates: list[str] | None, full: bool
+) -> dict[str, tuple[list[tuple[str, LandingFile]], bool]]:
+    """Per date (of ``dates``; None: every date), the landing files raw does not hold as they
+    are now, and whether the date is to be written whole (its raw predates file tracking).
+
+    ``full`` lists every file of the dates. Otherwise only the names from the last one raw holds
+    on (``landing.files_after``): new files, and the last one grown or rewritten. A file that
+    lands under an earlier name, or changes after a later one was read, waits for a full
+    listing (``SourceConfig.full_listing_minutes``)."""
+    held = landing_files.Held(uri)
+    if full:
+        if dates is None:
+            dates = landing.partition_dates(landing_dir)
+        listed = {d: _files(landing.files_for_date(landing_dir, d)) for d in dates}
+    else:
+        last = held.last_name()
+        listed = {}
+        # From just before the last name: the last file itself is listed, to see it grown.
+        for f in _files(landing.files_after(landing_dir, last[:-1] if last else None)):
+            date = f[1].name.split("/", 1)[0].removeprefix("dt=")
+            if dates is None or date in dates:
+                listed.setdefault(date, []).append(f)
+    found = {}
+    for date, files in listed.items():
+        manifest = held.of_date(date)
+        if manifest is None and not full:  # replaced whole: all of the date's files
+            files = _files(landing.files_for_date(landing_dir, date))
+        if pending := _pending(files, manifest):
+            found[date] = (pending, manifest is None)
+    return found
+
+
+def pending_landing(
+    warehouse: str, source: str, landing_dir: str, full: bool = True
+) -> dict[str, list[LandingFile]]:
+    """Per landing date, the files raw does not hold as they are now (new, grown, rewritten);
+    ``full``: see ``_to_ingest``."""
     uri = lake.TableRef(lake.RAW, source).uri(warehouse)
-    pending = {}
-    for date in landing.partition_dates(landing_dir):
-        found = _pending(_listing(landing_dir, date), landing_files.manifest(uri, date))
-        if found:
-            pending[date] = [f for _, f in found]
-    return pending
+    found = _to_ingest(uri, landing_dir, None, full)
+    return {d: [f for _, f in files] for d, (files, _) in sorted(found.items())}
 
 
-def pending_landing_files(warehouse: str, source: str, landing_dir: str) -> dict[str, list[str]]:
+def pending_landing_files(
+    warehouse: str, source: str, landing_dir: str, full: bool = True
+) -> dict[str, list[str]]:
     """``pending_landing``'s files by name."""
-    pending = pending_landing(warehouse, source, landing_dir)
+    pending = pending_landing(warehouse, source, landing_dir, full)
     return {d: [f.name for f in files] for d, files in pending.items()}
 
 
@@ -78,19 +109,23 @@ def _write(
 
 
 def ingest_landing(
-    warehouse: str, source: str, landing_dir: str, dates: list[str], whole_date: bool = False
+    warehouse: str,
+    source: str,
+    landing_dir: str,
+    dates: list[str],
+    whole_date: bool = False,
+    full: bool = True,
 ) -> IngestResult:
-    """The landing files of ``dates`` -> raw: the pending ones (``whole_date``: every file, the
-    date's raw replaced)."""
+    """The landing files of ``dates`` -> raw: the pending ones (``full``: see ``_to_ingest``);
+    ``whole_date``: every file, the date's raw replaced."""
     uri = lake.TableRef(lake.RAW, source).uri(warehouse)
     result = IngestResult()
-    for date in dates:
-        listing = _listing(landing_dir, date)
-        held = None if whole_date else landing_files.manifest(uri, date)
-        files = _pending(listing, held)
-        if not files and held is not None:
-            continue
-        whole = held is None
+    if whole_date:
+        todo = {d: (_files(landing.files_for_date(landing_dir, d)), True) for d in dates}
+    else:
+        todo = _to_ingest(uri, landing_dir, dates, full)
+    for date in sorted(todo):
+        files, whole = todo[date]
         result.messages[date] = _write(uri, source, date, files, whole)
         result.files += [f for _, f in files]
         if whole:

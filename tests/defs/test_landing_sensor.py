@@ -3,6 +3,7 @@ the dates of the files raw lacks, requested once per state; partitions start whe
 starts. No Spark: raw is written by the ingest step (delta-rs), the first step of the run."""
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -15,7 +16,14 @@ from cdc_platform.catalog import load_catalog
 from cdc_platform.defs.cdc_tables import build_source_defs
 from cdc_platform.defs.partitions import today, with_start_date
 from cdc_platform.defs.resources import LakeResource, build_resources
-from cdc_platform.defs.runs import INCREMENTAL, INCREMENTAL_TAG, SOURCE_TAG, SensorCursor
+from cdc_platform.defs.runs import (
+    FULL_LISTING,
+    INCREMENTAL,
+    INCREMENTAL_TAG,
+    LISTING_TAG,
+    SOURCE_TAG,
+    SensorCursor,
+)
 from cdc_platform.defs.sensors import RANGE_END_TAG, RANGE_START_TAG
 from cdc_platform.demo import write_demo_traffic
 from cdc_platform.steps.raw import ingest_landing
@@ -120,6 +128,46 @@ def test_a_run_that_died_after_its_raw_commit_is_finished_by_one_more_run(catalo
     mark_normalized(catalog.warehouse_uri, "shop", version=0)  # the finishing run did its work
     done = shop.tick(first.cursor)
     assert done.run_requests == [] and "raw holds every landing file" in _reason(done)
+
+
+def _aged(cursor: str, minutes: float) -> str:
+    """``cursor`` as it would be ``minutes`` later (its last whole listing that much older)."""
+    data = json.loads(cursor)
+    data["listed_at"] -= minutes * 60
+    return json.dumps(data)
+
+
+def test_a_tick_lists_from_the_last_file_raw_holds_and_the_whole_folder_hourly(catalog, instance):
+    """Between whole listings (every full_listing_minutes), a tick finds the files named after
+    the last one raw holds, and that one grown; a file landed under an earlier name waits for
+    the next whole listing, whose run lists its dates whole too."""
+    write_demo_traffic(catalog.landing_uri, batch=0, date=DAY)
+    write_demo_traffic(catalog.landing_uri, batch=1, date=DAY)
+    shop = _Shop(catalog, instance)
+    assert catalog.source("shop").full_listing_minutes == 60
+    (first,) = (tick := shop.tick(None)).run_requests  # no cursor: a whole listing
+    assert first.tags[LISTING_TAG] == FULL_LISTING and first.tags["cdc/pending_files"] == "2"
+    shop.ingest([DAY])
+    mark_normalized(catalog.warehouse_uri, "shop")
+    cursor = shop.tick(tick.cursor).cursor
+
+    folder = Path(catalog.landing_uri, "shop", f"dt={DAY}")
+    late = folder / "00000-late.kafka.jsonl"  # sorts before 00001, the last file raw holds
+    late.write_bytes((folder / "00000.kafka.jsonl").read_bytes())
+    with (folder / "00001.kafka.jsonl").open("ab") as grown:
+        grown.write((folder / "00000.kafka.jsonl").read_bytes())
+    write_demo_traffic(catalog.landing_uri, batch=2, date=DAY)
+    (second,) = (tick := shop.tick(cursor)).run_requests
+    assert LISTING_TAG not in second.tags and second.tags["cdc/pending_files"] == "2"
+    assert f"dt={DAY}/00001.kafka.jsonl,dt={DAY}/00002.kafka.jsonl|" in second.run_key
+    ingest_landing(catalog.warehouse_uri, "shop", str(folder.parent), [DAY], full=False)
+    mark_normalized(catalog.warehouse_uri, "shop")
+    cursor = shop.tick(tick.cursor).cursor
+    assert shop.tick(_aged(cursor, 59)).run_requests == []  # the late file waits
+
+    (third,) = shop.tick(_aged(cursor, 61)).run_requests
+    assert third.tags[LISTING_TAG] == FULL_LISTING
+    assert third.run_key.startswith(f"{DAY}:dt={DAY}/00000-late.kafka.jsonl|")
 
 
 def _add_run(instance: dg.DagsterInstance, job: dg.JobDefinition, status) -> dg.DagsterRun:

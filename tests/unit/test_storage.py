@@ -1,9 +1,12 @@
 """Locations and options of the lake's storage (cdc_platform/lake/storage.py), without a server:
 what a location is, how options resolve, and what a user is told."""
 
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from cdc_platform.catalog import CatalogError, load_catalog
 from cdc_platform.lake import storage
@@ -74,3 +77,30 @@ def test_a_store_that_does_not_answer_is_transient_and_a_refusal_is_not():
 
 def test_a_local_folder_needs_no_check(tmp_path):
     storage.check(str(Path(tmp_path, "absent")))  # created by the first write
+
+
+# Names chosen so that folder order and path order differ: "-" and "." sort before "/".
+_NAMES = st.sampled_from(["a", "a-b", "a.b", "b", "dt=2026-12-01", "dt=2026-12-010", ".x"])
+
+
+@given(
+    tree=st.sets(st.lists(_NAMES, min_size=1, max_size=3).map("/".join), max_size=12),
+    after=st.one_of(st.none(), st.lists(_NAMES, min_size=1, max_size=3).map("/".join)),
+)
+@example(tree={"a/b", "a-b"}, after="a")  # "a-b" sorts after "a" but before "a/b"
+def test_a_local_listing_after_a_path_is_every_later_file_in_path_order(tree, after):
+    with tempfile.TemporaryDirectory() as root:
+        files = set()
+        for path in sorted(tree, key=len, reverse=True):  # deepest first: a file never shadows
+            target = Path(root, path)
+            if target.exists() or any(
+                Path(root, *path.split("/")[:i]).is_file() for i in range(1, path.count("/") + 1)
+            ):
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path)
+            files.add(path)
+        listed = storage.list_files(root, after)
+    expected = sorted(p for p in files if after is None or p > after)
+    assert [f.path for f in listed] == expected
+    assert all(f.size == len(f.path) for f in listed)
