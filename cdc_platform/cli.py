@@ -422,10 +422,13 @@ def _warm_up(proc: subprocess.Popen, port: int, session: list[SparkSession]) -> 
 
 def _up(args: argparse.Namespace) -> int:
     from cdc_platform import stack
-    from cdc_platform.quality.docs import reports_dir
+    from cdc_platform.quality.docs import reports_dir, site_copy
 
     catalog = _catalog(args.sources)  # a bad sources file: one line, before anything starts
-    storage.check(catalog.warehouse_uri)  # a bucket it cannot use: one line, before anything starts
+    # A bucket it cannot use: one line, before anything starts.
+    for location in (catalog.warehouse_uri, site_copy()):
+        if location:
+            storage.check(location)
     settings = stack.Settings(
         sources=args.sources.resolve(),
         home=args.dagster_home.resolve(),

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from cdc_platform.catalog import CatalogError, SourceConfig, TableConfig
 from cdc_platform.defs.keys import asset_key
 from cdc_platform.lake import CHANGELOG, CURRENT, QUARANTINE
+from cdc_platform.lake.storage import StorageError
 from cdc_platform.quality import docs, links, suites, validations
 from cdc_platform.quality.validate import RuleResult, SuiteRun
 from cdc_platform.steps.current import MergeResult
@@ -135,7 +136,7 @@ def _publish(
     try:
         with phase("checks/data_docs"):
             pages = docs.publish(subjects, reports)
-    except OSError as e:
+    except (OSError, StorageError) as e:
         context.log.warning(f"data docs not written: {e}")
         return {}
     return {suite: _link(page, docs.site_dir(reports)) for suite, page in pages.items()}

@@ -7,7 +7,10 @@ warehouse never holds anything of Great Expectations. The site's entry page is
 loads its styles and scripts from the site itself (``vendor``), and a validation page says what
 it validated in Dagster's terms (``Subject``) and links there (``links``). Each suite keeps its
 newest ``CDC_REPORTS_KEEP`` validations (``KEEP``): live operation validates every batch, and
-without a limit the folder and the time of each publish grow with every run.
+without a limit the folder and the time of each publish grow with every run. With
+``CDC_REPORTS_SITE`` (``s3://bucket/prefix``), each publish then copies what changed in the site
+there (``lake.mirror``): the GX context stays in the reports folder, the site is read from
+the bucket.
 """
 
 import copy
@@ -21,6 +24,7 @@ from typing import Any
 from filelock import FileLock
 
 from cdc_platform.lake import storage
+from cdc_platform.lake.mirror import mirror
 from cdc_platform.quality import pages, vendor
 from cdc_platform.quality.validate import SuiteRun
 
@@ -51,6 +55,13 @@ def reports_dir(warehouse: str) -> Path:
 
 def site_dir(reports: Path) -> Path:
     return Path(reports) / "data_docs"
+
+
+def site_copy() -> str | None:
+    """``CDC_REPORTS_SITE``: a location (``s3://bucket/prefix``, or a local folder) that each
+    publish makes hold the site, for a team to read it where the lake is; None: none."""
+    location = os.environ.get("CDC_REPORTS_SITE")
+    return storage.resolve(location, Path.cwd()) if location else None
 
 
 def index_page(reports: Path) -> Path:
@@ -103,7 +114,10 @@ def publish(
     reports = Path(reports)
     reports.mkdir(parents=True, exist_ok=True)
     with FileLock(reports / ".publish.lock"):
-        return _publish(runs, reports, keep, rebuild)
+        published = _publish(runs, reports, keep, rebuild)
+        if copy_to := site_copy():
+            mirror(site_dir(reports), copy_to, reports / ".site-copy.json")
+        return published
 
 
 def _publish(
