@@ -16,6 +16,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -155,53 +156,103 @@ def read(
     sizes: list[int] | None = None,
 ) -> DataFrame:
     """The rows of the data files ``relative_paths`` (their names below ``root``, decoded) with
-    ``schema`` (and ``file_column``: the file each row comes from). Files are packed into tasks
-    as Spark packs its own reads (``_packed``, by ``sizes`` when known), and never split: a
-    file's rows stay in one task."""
+    ``schema`` (and ``file_column``: the file each row comes from). With ``sizes``, files are
+    split and packed into tasks as Spark's own file reader does (``_packed``); without, a task
+    reads a file."""
     settings = storage.options()
     paths = list(relative_paths)
-    groups = _packed(spark, sizes) if sizes is not None else [[i] for i in range(len(paths))]
+    if sizes is None:
+        groups = [[Piece(i, 0, None)] for i in range(len(paths))]
+    else:
+        groups = _packed(spark, sizes)
     out = schema if file_column is None else schema.append(pa.field(file_column, pa.string()))
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, base = storage.filesystem(root, settings)
         for batch in batches:
-            for i in (i for g in batch.column(0).to_pylist() for i in groups[g]):
-                values = _values_in_path(paths[i])
-                with fs.open_input_file(f"{base}/{paths[i]}") as f:
+            for piece in (p for g in batch.column(0).to_pylist() for p in groups[g]):
+                path = paths[piece.file]
+                values = _values_in_path(path)
+                with fs.open_input_file(f"{base}/{path}") as f:
                     parquet = pq.ParquetFile(f)
                     have = set(parquet.schema_arrow.names)
                     wanted = [n for n in schema.names if n in have and n not in partition_columns]
-                    for rows in parquet.iter_batches(batch_size=_BATCH_ROWS, columns=wanted):
-                        yield _conformed(
-                            rows, out, values, partition_columns, file_column, paths[i]
-                        )
+                    row_groups = piece.row_groups(parquet.metadata)
+                    if not row_groups:
+                        continue
+                    for rows in parquet.iter_batches(
+                        batch_size=_BATCH_ROWS, row_groups=row_groups, columns=wanted
+                    ):
+                        yield _conformed(rows, out, values, partition_columns, file_column, path)
 
     numbers = spark.range(0, len(groups), 1, max(1, len(groups)))
     return numbers.mapInArrow(task, from_arrow_schema(out))
 
 
-def _packed(spark: SparkSession, sizes: list[int]) -> list[list[int]]:
-    """File numbers grouped into tasks as Spark's file reader groups files: at most
-    ``spark.sql.files.maxPartitionBytes`` a task (less when that would leave cores idle), each
-    file counting ``spark.sql.files.openCostInBytes`` more, the largest first (next fit). A day
-    of small raw files is then a few tasks, not thousands; ``merge.one_file_a_task``'s settings
-    give a task per file."""
+@dataclass(frozen=True)
+class Piece:
+    """A task's part of a data file: the row groups whose middle byte lies in [start, end)
+    (``end`` None: the whole file), as Spark assigns a Parquet file's row groups to its splits."""
+
+    file: int
+    start: int
+    end: int | None
+
+    def row_groups(self, metadata: pq.FileMetaData) -> list[int]:
+        if self.end is None:
+            return list(range(metadata.num_row_groups))
+        chosen = []
+        for k in range(metadata.num_row_groups):
+            group = metadata.row_group(k)
+            columns = [group.column(c) for c in range(group.num_columns)]
+            first = min(
+                c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+                for c in columns
+            )
+            middle = first + sum(c.total_compressed_size for c in columns) // 2
+            if self.start <= middle < self.end:
+                chosen.append(k)
+        return chosen
+
+
+def _packed(spark: SparkSession, sizes: list[int]) -> list[list[Piece]]:
+    """Files split and grouped into tasks as Spark's file reader does: a task's share is at most
+    ``spark.sql.files.maxPartitionBytes`` (less when that would leave cores idle), a larger file
+    is split into pieces of that share, each piece counts ``spark.sql.files.openCostInBytes``
+    more, and the pieces are packed largest first (next fit). A day of small raw files is then
+    a few tasks, not thousands, and one large file is read on every core;
+    ``merge.one_file_a_task``'s settings give a task per file."""
     conf = spark.conf
-    most = _bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m"))
-    open_cost = _bytes(conf.get("spark.sql.files.openCostInBytes", "4m"))
-    cores = int(conf.get("spark.default.parallelism", None) or os.cpu_count() or 1)
+    return packed(
+        sizes,
+        most=_bytes(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
+        open_cost=_bytes(conf.get("spark.sql.files.openCostInBytes", "4m")),
+        cores=int(conf.get("spark.default.parallelism", None) or os.cpu_count() or 1),
+    )
+
+
+def packed(sizes: list[int], most: int, open_cost: int, cores: int) -> list[list[Piece]]:
+    """``_packed`` for these settings."""
     total = sum(sizes) + open_cost * len(sizes)
     target = min(most, max(open_cost, total // cores))
-    groups: list[list[int]] = []
-    filled = target + 1
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        if groups and filled + sizes[i] <= target:
-            groups[-1].append(i)
-            filled += sizes[i] + open_cost
+    pieces = []
+    for i, size in enumerate(sizes):
+        if size <= target:
+            pieces.append((size, Piece(i, 0, None)))
         else:
-            groups.append([i])
-            filled = sizes[i] + open_cost
+            pieces += [
+                (min(target, size - start), Piece(i, start, start + target))
+                for start in range(0, size, target)
+            ]
+    groups: list[list[Piece]] = []
+    filled = target + 1
+    for size, piece in sorted(pieces, key=lambda p: -p[0]):
+        if groups and filled + size <= target:
+            groups[-1].append(piece)
+            filled += size + open_cost
+        else:
+            groups.append([piece])
+            filled = size + open_cost
     return groups
 
 
