@@ -155,7 +155,9 @@ class MicroBatches:
                 for start, high in partitions.values()
             )
         else:
-            pending = self._landing_dates(self._full_listing_due())
+            if self._full_listing_due():
+                return True  # ``ingest`` lists the landing folder whole (idle if nothing new)
+            pending = self._landing_dates(full=False)
             waiting = sum(f.size for files in pending.values() for f in files)
         return self.gather.ready(waiting, time.monotonic())
 

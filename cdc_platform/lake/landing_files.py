@@ -34,6 +34,7 @@ from cdc_platform.lake.tables import (
     exists,
     local_path,
     open_table,
+    snapshot,
 )
 
 LANDING_KEY = "cdc.landing"
@@ -74,10 +75,11 @@ def _identity(path: str, low: str | None, high: str | None) -> LandingFile | Non
 
 
 class Held:
-    """The landing files raw holds, from its add actions (one read of its Delta state)."""
+    """The landing files raw holds, from its add actions (one read of its Delta state: the
+    snapshot this thread read last, brought up to date, as a sensor's ticks read it)."""
 
     def __init__(self, uri: str):
-        self._actions = _add_actions(open_table(uri)) if exists(uri) else None
+        self._actions = _add_actions(snapshot(uri)) if exists(uri) else None
 
     def last_name(self) -> str | None:
         """The greatest landing file name raw holds (None: none)."""
