@@ -81,7 +81,10 @@ class SensorCursor:
         return self.generation
 
     def dumps(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        if data["listed_at"] is None:  # a Kafka source's: it never lists
+            del data["listed_at"]
+        return json.dumps(data, sort_keys=True)
 
 
 # Longer run keys are hashed: Dagster stores the key as a run tag.
