@@ -2,13 +2,13 @@
 which landing files it holds, at which size and modification time.
 
 A data file of a landing file is named ``landing-<size>-<mtime_ns>-<uuid>.parquet`` and its
-``file`` statistics (min = max) name the landing file. ``manifest`` reads both from the add
+``file`` statistics (min = max) name the landing file. ``Held`` reads both from the add
 actions (no data read; the table state delta-rs already holds), so telling new and grown files
 apart costs the same at the end of a day as at its start. The commit that adds (and, for a
 re-ingested file, removes) data files also records them in its metadata (``cdc.landing``).
 
 Data files written otherwise (before files were tracked) have no identity: a date holding one
-is replaced whole once (``manifest`` returns None for it).
+is replaced whole once (``Held.of_date`` returns None for it).
 """
 
 import json
@@ -109,11 +109,6 @@ def _rows(actions: pa.Table) -> list[tuple[str, int, LandingFile | None]]:
     return [
         (p, n, _identity(p, lo, hi)) for p, n, lo, hi in zip(paths, sizes, low, high, strict=True)
     ]
-
-
-def manifest(uri: str, date: str) -> dict[str, LandingFile] | None:
-    """``Held(uri).of_date(date)``."""
-    return Held(uri).of_date(date)
 
 
 class _Stats:

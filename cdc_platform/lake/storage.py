@@ -1,8 +1,8 @@
 """Where the lake's bytes live: a local folder (a path) or S3-compatible object storage
 (``s3://bucket/prefix``), and how to reach it.
 
-Every location of the lake (the warehouse, a landing folder) is a string: a local path, or a
-URI. The options use the names delta-rs and object_store read
+Every location of the lake (the warehouse, a landing folder, the Data Docs site's copy) is a
+string: a local path, or a URI. The options use the names delta-rs and object_store read
 (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_SESSION_TOKEN``, ``AWS_ALLOW_HTTP``, ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``): the
 environment's, under those the sources file sets (``storage_options``, ``configure``). The
@@ -184,9 +184,7 @@ def list_files(location: str, start_after: str | None = None) -> list[FileEntry]
 
 
 def _object_files(location: str, start_after: str | None) -> list[FileEntry]:
-    parsed = urlparse(location)
-    prefix = parsed.path.strip("/") + "/" if parsed.path.strip("/") else ""
-    store = _object_store(parsed.netloc, _remote_settings(location))
+    store, prefix = _store_of(location)
     found = []
     try:
         offset = prefix + start_after if start_after is not None else None
@@ -224,6 +222,15 @@ def _local_files(root: str, below: str, start_after: str | None) -> Iterator[Fil
             yield FileEntry(path, stat.st_size, stat.st_mtime_ns)
 
 
+def _store_of(location: str) -> tuple[S3Store, str]:
+    """obstore's client of ``location``'s bucket, and the key prefix of ``location`` ("" or
+    ending in /)."""
+    parsed = urlparse(location)
+    prefix = parsed.path.strip("/")
+    store = _object_store(parsed.netloc, _remote_settings(location))
+    return store, prefix + "/" if prefix else ""
+
+
 @functools.lru_cache(maxsize=8)
 def _object_store(bucket: str, settings: tuple[tuple[str, str], ...]) -> S3Store:
     return S3Store(
@@ -243,11 +250,9 @@ def delete_files(location: str, paths: list[str]) -> None:
         for path in paths:
             Path(location, path).unlink(missing_ok=True)
         return
-    parsed = urlparse(location)
-    prefix = parsed.path.strip("/")
-    store = _object_store(parsed.netloc, _remote_settings(location))
+    store, prefix = _store_of(location)
     try:
-        obstore.delete(store, [f"{prefix}/{p}" if prefix else p for p in paths])
+        obstore.delete(store, [prefix + p for p in paths])
     except Exception as e:  # obstore's errors are not OSError
         raise OSError(f"cannot delete from {location}: {e}") from None
 

@@ -77,7 +77,7 @@ def test_a_second_file_ingests_only_that_file(spark, warehouse, tmp_path):
     # The commit records the file with its size and mtime; raw's files say which it holds.
     assert _last_commit_files(raw) == [f"dt={DATE}/b.jsonl"]
     stat = (landing / f"dt={DATE}" / "b.jsonl").stat()
-    held = landing_files.manifest(raw, DATE)[f"dt={DATE}/b.jsonl"]
+    held = landing_files.Held(raw).of_date(DATE)[f"dt={DATE}/b.jsonl"]
     assert (held.size, held.mtime_ns) == (stat.st_size, stat.st_mtime_ns)
     assert _rows(spark, warehouse) == [(1, "uno"), (2, "two")]
     # The run's checks look at what it wrote: one message, one change record, not the day's 3.
@@ -135,7 +135,7 @@ def test_a_date_written_before_files_were_tracked_is_replaced_once(spark, wareho
     )
     lake.overwrite_partitions(spark.createDataFrame(old).coalesce(1), raw_uri, [DATE])
     normalize_source(spark, warehouse, SOURCE, [DATE])
-    assert landing_files.manifest(raw_uri, DATE) is None
+    assert landing_files.Held(raw_uri).of_date(DATE) is None
     assert sorted(pending_landing_files(warehouse, "inc", landing)[DATE]) == [
         f"dt={DATE}/a.jsonl",
         f"dt={DATE}/b.jsonl",
@@ -143,7 +143,7 @@ def test_a_date_written_before_files_were_tracked_is_replaced_once(spark, wareho
 
     ingested, _ = _run(spark, warehouse, landing)
     assert ingested.replaced_dates == [DATE]
-    assert set(landing_files.manifest(raw_uri, DATE)) == {
+    assert set(landing_files.Held(raw_uri).of_date(DATE)) == {
         f"dt={DATE}/a.jsonl",
         f"dt={DATE}/b.jsonl",
     }
