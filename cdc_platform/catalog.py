@@ -102,6 +102,12 @@ class TableConfig(_KeyAndTypes):
         None, gt=0, description="purge tombstones of deleted keys after this; default: keep"
     )
     history: bool = Field(False, description="keep an SCD type 2 history/<source>/<table>")
+    merge_mode: Literal["merge-on-read", "copy-on-write"] = Field(
+        "merge-on-read",
+        description="merge-on-read: a merge marks replaced rows in deletion vectors and writes "
+        "only new rows (Delta readers need deletion vector support); copy-on-write: it rewrites "
+        "the files holding them (docs/configuration.md)",
+    )
     track_history_column_list: list[str] | None = Field(
         None, description="only changes to these columns open a history version"
     )

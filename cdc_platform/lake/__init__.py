@@ -6,7 +6,9 @@ log; Spark reads and writes the data.
   (``TableState``), Spark reads, and snapshot facts from the log (no data read);
 - ``data_files``: Spark's executors write data files; their add actions from the footers;
 - ``commit``: the commit protocol (adds, removes, state, transaction ids, schema changes);
-- ``merge``: MERGE, key replacement and deletes in Spark, copy-on-write;
+- ``merge``: MERGE, key replacement and deletes in Spark, merge-on-read or copy-on-write;
+- ``deletion_vectors``: the rows a merge-on-read merge marks deleted, in Delta's bytes;
+- ``delta_log``: the log read and written as the protocol has it, for commits that carry DVs;
 - ``storage``: where the bytes live (a local folder or ``s3://``) and the options to reach it;
 - ``arrow_files``: executors' reads and writes of data files through pyarrow (object storage);
 - ``parquet_stats``: a data file's Delta statistics from its footer;
@@ -42,12 +44,14 @@ from cdc_platform.lake.kafka_offsets import (
 from cdc_platform.lake.merge import (
     BROADCAST_ROWS,
     DROP,
+    PURGE_SHARE,
     REBUILT,
     Candidates,
     broadcastable,
     candidates,
     delete_rows,
     files_sharing_keys,
+    purge,
     replace_keys,
     rewrite_keys,
     rows_of_keys,
@@ -66,6 +70,7 @@ from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     QUARANTINE,
     RAW,
+    ROW_COLUMN,
     TABLE_PROPERTIES,
     ChangelogFacts,
     TableRef,
@@ -73,6 +78,7 @@ from cdc_platform.lake.tables import (
     arrow_schema,
     changelog_facts,
     changelog_tables,
+    deletion_vectors_of,
     describe,
     exists,
     files,
@@ -99,18 +105,20 @@ from cdc_platform.lake.vacuum import Vacuumed, all_tables, vacuum
 
 __all__ = [
     "BROADCAST_ROWS", "CHANGELOG", "CONTROL", "CURRENT", "DDL", "DROP", "FILE_COLUMN", "HISTORY",
-    "KAFKA_KEY", "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "QUARANTINE", "RAW",
+    "KAFKA_KEY", "LAYERS", "MODELS", "NORMALIZED_APP", "PARTITION_COLUMN", "PURGE_SHARE",
+    "QUARANTINE", "RAW",
     "REBUILT",
-    "ROWS_PER_FILE", "all_tables", "append", "append_kafka_batch", "append_normalized",
+    "ROW_COLUMN", "ROWS_PER_FILE",
+    "all_tables", "append", "append_kafka_batch", "append_normalized",
     "arrow_schema", "broadcastable", "candidates", "Candidates", "ChangelogFacts",
-    "changelog_facts", "changelog_tables", "delete_rows", "describe",
+    "changelog_facts", "changelog_tables", "delete_rows", "deletion_vectors_of", "describe",
     "exists", "files",
     "files_added_since", "files_between", "files_removed_since",
     "files_sharing_keys", "folders", "head", "image_types", "key_span", "kafka_app_id",
     "kafka_batches",
     "kafka_offsets",
     "kafka_stored_offsets", "max_stat", "normalized_raw_version",
-    "overwrite_partitions", "partition_row_counts", "Pin", "properties", "quoted", "read",
+    "overwrite_partitions", "partition_row_counts", "Pin", "properties", "purge", "quoted", "read",
     "read_arrow",
     "record_state", "replace", "replace_keys", "rewrite_keys", "row_count", "rows_of_keys",
     "Staging", "storage",

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
+from cdc_platform.lake import deletion_vectors as DV
 from cdc_platform.lake import storage
+from cdc_platform.lake.deletion_vectors import Descriptor
 from cdc_platform.lake.parquet_stats import stats
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -154,11 +157,14 @@ def read(
     partition_columns: list[str],
     file_column: str | None = None,
     sizes: list[int] | None = None,
+    deleted: list[Descriptor | None] | None = None,
+    position_column: str | None = None,
 ) -> DataFrame:
     """The rows of the data files ``relative_paths`` (their names below ``root``, decoded) with
-    ``schema`` (and ``file_column``: the file each row comes from). With ``sizes``, files are
-    split and packed into tasks as Spark's own file reader does (``_packed``); without, a task
-    reads a file."""
+    ``schema`` (and ``file_column``: the file each row comes from; ``position_column``: its
+    position there, as Spark's ``_metadata.row_index``). With ``sizes``, files are split and
+    packed into tasks as Spark's own file reader does (``_packed``); without, a task reads a
+    file. ``deleted``: each file's deletion vector (or None), whose rows are left out."""
     settings = storage.options()
     paths = list(relative_paths)
     if sizes is None:
@@ -166,6 +172,9 @@ def read(
     else:
         groups = _packed(spark, sizes)
     out = schema if file_column is None else schema.append(pa.field(file_column, pa.string()))
+    if position_column is not None:
+        out = out.append(pa.field(position_column, pa.int64()))
+    vectors = deleted or [None] * len(paths)
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, base = storage.filesystem(root, settings)
@@ -173,17 +182,47 @@ def read(
             for piece in (p for g in batch.column(0).to_pylist() for p in groups[g]):
                 path = paths[piece.file]
                 values = _values_in_path(path)
+                dv = vectors[piece.file]
                 with fs.open_input_file(f"{base}/{path}") as f:
                     parquet = pq.ParquetFile(f)
                     have = set(parquet.schema_arrow.names)
                     wanted = [n for n in schema.names if n in have and n not in partition_columns]
-                    row_groups = piece.row_groups(parquet.metadata)
+                    meta = parquet.metadata
+                    row_groups = piece.row_groups(meta)
                     if not row_groups:
                         continue
-                    for rows in parquet.iter_batches(
-                        batch_size=_BATCH_ROWS, row_groups=row_groups, columns=wanted
-                    ):
-                        yield _conformed(rows, out, values, partition_columns, file_column, path)
+                    if dv is None and position_column is None:
+                        for rows in parquet.iter_batches(
+                            batch_size=_BATCH_ROWS, row_groups=row_groups, columns=wanted
+                        ):
+                            yield _conformed(
+                                rows, out, values, partition_columns, file_column, path
+                            )
+                        continue
+                    keep = (
+                        None
+                        if dv is None
+                        else DV.keep_mask(DV.read(root, dv, settings), meta.num_rows)
+                    )
+                    starts = np.cumsum(
+                        [0] + [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]
+                    )
+                    for k in row_groups:
+                        at = int(starts[k])
+                        for rows in parquet.iter_batches(
+                            batch_size=_BATCH_ROWS, row_groups=[k], columns=wanted
+                        ):
+                            n = rows.num_rows
+                            if position_column is not None:
+                                rows = rows.append_column(
+                                    position_column, pa.array(np.arange(at, at + n))
+                                )
+                            if keep is not None:
+                                rows = rows.filter(pa.array(keep[at : at + n]))
+                            at += n
+                            yield _conformed(
+                                rows, out, values, partition_columns, file_column, path
+                            )
 
     numbers = spark.range(0, len(groups), 1, max(1, len(groups)))
     return numbers.mapInArrow(task, from_arrow_schema(out))

@@ -14,10 +14,13 @@ the table's schema; a wider type (int -> bigint, more decimal digits) rewrites t
 it. Both leave the rows as they are, so a crash after them loses nothing.
 """
 
+import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
@@ -29,7 +32,8 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type, to_arrow_schema
 
 from cdc_platform.formats.column_specs import common_type
-from cdc_platform.lake import data_files, storage
+from cdc_platform.lake import data_files, deletion_vectors, delta_log, storage
+from cdc_platform.lake.deletion_vectors import Descriptor
 from cdc_platform.lake.tables import (
     PARTITION_COLUMN,
     STATE_KEY,
@@ -97,10 +101,15 @@ def commit(
     props: CommitProperties | None = None,
     replace: bool = False,
     pin: Pin | None = None,
+    marked: dict[str, Descriptor] | None = None,
 ) -> int:
     """Commit written files: create the table (``schema``), or add (and remove) files against
     ``read_version`` (the newest when None), or ``replace`` every file and the schema. The
     written files are deleted when the commit fails. Returns the new version.
+
+    ``marked``: files (paths relative to the table, decoded) given a new deletion vector, the
+    table made able to hold them if it is not yet. A table with deletion vectors is committed to
+    by ``delta_log`` (delta-rs's actions cannot carry them), every remove with its file's DV.
 
     ``pin``: a commit of the step holding it, against its version (``props`` made with
     ``pinned``); the pin moves to the version committed."""
@@ -115,10 +124,13 @@ def commit(
             )  # fmt: skip
         else:
             dt = open_table(uri, read_version)
-            dt.create_write_transaction(
-                [*(removes or []), *adds], mode="append", schema=dt.schema(),
-                partition_by=dt.metadata().partition_columns, commit_properties=props,
-            )  # fmt: skip
+            if marked or deletion_vectors.FEATURE in (dt.protocol().reader_features or []):
+                _commit_keeping_dvs(uri, dt, adds, removes or [], marked or {}, props)
+            else:
+                dt.create_write_transaction(
+                    [*(removes or []), *adds], mode="append", schema=dt.schema(),
+                    partition_by=dt.metadata().partition_columns, commit_properties=props,
+                )  # fmt: skip
     except BaseException:
         data_files.discard(uri, adds)
         raise
@@ -127,6 +139,41 @@ def commit(
         # commit of another kind in between leaves the pin behind, and the next check fails.
         pin.version = read_version + 1
     return snapshot(uri).version()
+
+
+def _commit_keeping_dvs(
+    uri: str,
+    dt: DeltaTable,
+    adds: list[AddAction],
+    removes: list[RemoveAction],
+    marked: dict[str, Descriptor],
+    props: CommitProperties | None,
+) -> None:
+    """``commit``'s commit through ``delta_log``: each file of ``marked`` removed with its old
+    DV and added with its new one (only removed when every row is marked)."""
+    r = delta_log.replay(uri, dt.version())
+    live = {unquote(p): a for p, a in r.adds.items()}
+    now = int(time.time() * 1000)
+    actions = delta_log.enabling(r) if marked else []
+    actions += [delta_log.remove_of(live[unquote(x.path)], now) for x in removes]
+    for path, dv in sorted(marked.items()):
+        add = live[path]
+        actions.append(delta_log.remove_of(add, now))
+        physical = json.loads(add.get("stats") or "{}").get("numRecords")
+        if physical is None or dv.cardinality < physical:  # else the file has no row left
+            actions.append(delta_log.with_deletion_vector(add, dv))
+    for a in adds:
+        actions.append(
+            {"add": {
+                "path": a.path, "partitionValues": a.partition_values, "size": a.size,
+                "modificationTime": a.modification_time, "dataChange": a.data_change,
+                "stats": a.stats,
+            }}
+        )  # fmt: skip
+    custom = props.custom_metadata if props else None
+    txns = {t.app_id: t.version for t in (props.app_transactions or [])} if props else None
+    operation = "MERGE" if marked else "WRITE"
+    delta_log.commit(uri, dt.version(), actions, operation=operation, custom=custom, txns=txns)
 
 
 def record_state(uri: str, state: TableState, pin: Pin | None = None) -> int:

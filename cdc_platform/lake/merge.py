@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,18 +29,22 @@ from pyspark.sql import types as T
 
 from cdc_platform.lake import commit as C
 from cdc_platform.lake import data_files
+from cdc_platform.lake import deletion_vectors as DV
 from cdc_platform.lake.commit import Pin, TableMoved
 from cdc_platform.lake.tables import (
     FILE_COLUMN,
     PARTITION_COLUMN,
+    ROW_COLUMN,
     TableState,
     absolute_path,
     add_actions,
+    deletion_vectors_of,
     exists,
     local_path,
     open_table,
     read,
 )
+from cdc_platform.lake.tables import state as table_state
 from cdc_platform.spark.session import PERSIST_LEVEL
 
 # Merge source columns: true rows replace the target row whatever the sequences (REBUILT), or
@@ -50,6 +55,9 @@ _ACTION = "__action"
 _WAS_FLAGGED = "__was_flagged"
 _FLAG = "__flag"
 _ATTEMPTS = 3
+# Actions whose row is written anew, and those whose old row goes.
+_GAINS = ("insert", "full", "partial")
+_LOSSES = ("full", "partial", "delete")
 # Each run that inserts keys writes them to a file of their own: a day of small runs would
 # leave thousands of tiny files, and every read that lists them (a Spark read lists its files)
 # would cost more with each. A rewrite folds the small files in once there are this many.
@@ -207,12 +215,18 @@ def _targets(
     keys: DataFrame,
     key: list[str],
     known: Candidates | None = None,
+    with_position: bool = False,
+    columns: list[str] | None = None,
 ):
+    """The rows of the files that may hold ``keys`` (``columns`` of them; None: all)."""
     if known is not None and known.version == dt.version():
         files = known.files
     else:
         files = candidate_files(spark, dt, keys, key[0])
-    return read(spark, uri, only_files=[absolute_path(uri, f) for f in files], with_file=True)
+    paths = [absolute_path(uri, f) for f in files]
+    return read(
+        spark, uri, only_files=paths, with_file=True, with_position=with_position, columns=columns
+    )
 
 
 def rows_of_keys(
@@ -223,16 +237,19 @@ def rows_of_keys(
     columns: list[str],
     known: Candidates | None = None,
     few: bool = False,
+    with_position: bool = False,
 ) -> DataFrame:
     """The rows of ``uri`` whose key is one of ``keys`` (a frame with the key columns; repeats
     allowed): their key, those of ``columns`` the table has, and their file (``FILE_COLUMN``).
     Only the files that may hold one of the keys are read (``known``, when they were found
     already for this version). ``few``: the keys are sent to the tasks reading the files, and
-    the table is not shuffled."""
+    the table is not shuffled. ``with_position``: each row's position in its file too
+    (``ROW_COLUMN``), for a merge-on-read merge."""
     dt = open_table(uri)
-    rows = _targets(spark, uri, dt, keys, key, known)
-    have = {*pa.schema(dt.schema()).names, FILE_COLUMN}  # the read's columns, from the log
-    chosen = [F.col(f"`{c}`") for c in [*key, *columns, FILE_COLUMN] if c in have]
+    rows = _targets(spark, uri, dt, keys, key, known, with_position, [*key, *columns])
+    have = {*pa.schema(dt.schema()).names, FILE_COLUMN, ROW_COLUMN}  # the read's, from the log
+    extra = [FILE_COLUMN, *[ROW_COLUMN] * with_position]
+    chosen = [F.col(f"`{c}`") for c in [*key, *columns, *extra] if c in have]
     wanted = keys.select(*[F.col(f"`{k}`") for k in key])
     return rows.select(*chosen).join(F.broadcast(wanted) if few else wanted, key, "left_semi")
 
@@ -324,6 +341,46 @@ def _rewrite(
     )  # fmt: skip
 
 
+def _write_beside(
+    uri: str,
+    dt: DeltaTable,
+    rows: DataFrame | None,
+    deleted: DataFrame,
+    key: list[str],
+    state: TableState | None,
+    rows_hint: int | None,
+    pin: Pin | None = None,
+) -> int:
+    """Merge-on-read: mark the rows ``deleted`` names (``FILE_COLUMN``, ``ROW_COLUMN``) in
+    their files' deletion vectors, write ``rows`` (sorted by key) to new files, and commit
+    both against ``dt``'s version recording ``state``, with the table's small files folded in
+    (``small_files``) once they are many. A file keeps its rows and key range: only what
+    changed is written (``rows`` None: nothing)."""
+    spark = deleted.sparkSession
+    if rows is None:
+        schema, out = pa.schema(dt.schema()), None
+    else:
+        schema = C.evolve(spark, uri, C.arrow_of(rows), pin)
+        out = C.conform(rows, schema)
+    marked = DV.mark(uri, deleted, deletion_vectors_of(uri, dt))
+    # Small files fold in sorted by key: a table without one (a key-less delete) keeps them.
+    folded, folded_rows = small_files(dt, set(marked)) if key else ([], 0)
+    if folded:
+        paths = [absolute_path(uri, f) for f in folded]
+        small = C.conform(read(spark, uri, only_files=paths), schema)
+        out = small if out is None else out.unionByName(small)
+        rows_hint = None if rows_hint is None else rows_hint + folded_rows
+    adds = []
+    if out is not None:
+        out = C.sorted_by_key(out, key, rows_hint)
+        adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
+    return C.commit(
+        uri, adds, data_files.removes(add_actions(dt), set(folded)), schema=schema,
+        read_version=dt.version(), props=C.properties(state, pinned=pin is not None), pin=pin,
+        marked=marked,
+    )  # fmt: skip
+
+
 def upsert_newer(
     spark: SparkSession,
     uri: str,
@@ -337,6 +394,7 @@ def upsert_newer(
     batch_rows: int | None = None,
     held: DataFrame | None = None,
     pin: Pin | None = None,
+    on_read: bool = False,
 ) -> dict[str, int]:
     """MERGE rows into ``uri`` by ``key`` where their ``sequence`` is newer; record ``state``.
 
@@ -359,6 +417,10 @@ def upsert_newer(
     of another writer since fails the merge with ``TableMoved`` instead of a retry here, whose
     counts would start from the old version. The table's schema takes ``data``'s first, so the
     attempt reads and commits against one version.
+
+    ``on_read``: merge-on-read (``_write_beside``): the rows replaced or deleted are marked in
+    their files' deletion vectors and only the new rows are written (``held`` then has
+    ``ROW_COLUMN``); else the files holding them are rewritten (copy-on-write).
     """
     extra = [c for c in (partial, REBUILT, DROP) if c in data.columns]
     recorded = state if callable(state) else lambda _: state
@@ -432,14 +494,15 @@ def upsert_newer(
             F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN), action.alias(_ACTION),
             (value(flag) if flag else F.lit(False)).alias(_FLAG),
             (F.col(f"t.`{flag}`") if flag else F.lit(False)).alias(_WAS_FLAGGED),
+            *([F.col(f"t.{ROW_COLUMN}").alias(ROW_COLUMN)] if on_read else []),
         ]  # fmt: skip
 
     def attempt() -> dict[str, int]:
         dt = open_table(uri)
         if pin is not None:
             pin.check(dt.version())
-        target = _targets(spark, uri, dt, data, key, known)
-        names = [c for c in target.columns if c != FILE_COLUMN]
+        target = _targets(spark, uri, dt, data, key, known, on_read)
+        names = [c for c in target.columns if c not in (FILE_COLUMN, ROW_COLUMN)]
         names += [c for c in columns if c not in names]
         if not by_file:
             # Every row of the candidate files and of the batch, kept for the count and the
@@ -449,6 +512,11 @@ def upsert_newer(
             out = out.persist(PERSIST_LEVEL)
             try:
                 metrics, rewritten, kept = _per_file(out)
+                if on_read:
+                    changed = out.where(F.col(_ACTION).isin(*_GAINS))
+                    gone = out.where(F.col(_ACTION).isin(*_LOSSES)).select(FILE_COLUMN, ROW_COLUMN)
+                    beside(dt, metrics, changed.select(*names), gone)
+                    return metrics
                 rows = out.where(
                     (F.col(_ACTION) == "insert")
                     | (F.col(FILE_COLUMN).isin(*rewritten) & (F.col(_ACTION) != "delete"))
@@ -460,7 +528,11 @@ def upsert_newer(
             return metrics
         # First the table's rows of the batch's keys (only their key, sequence and flag columns
         # are read), and the batch's rows of keys it does not hold: which files change, and how.
-        fresh_held = held is not None and known.version == dt.version()
+        fresh_held = (
+            held is not None
+            and known.version == dt.version()
+            and (not on_read or ROW_COLUMN in held.columns)
+        )
         frame, action, value = joined(held if fresh_held else target, "inner")
         hits = frame.select(
             *[F.col(f"t.`{k}`").alias(k) for k in key], *changes(frame, action, value)
@@ -481,7 +553,33 @@ def upsert_newer(
                 F.lit(None).cast("string").alias(FILE_COLUMN), F.lit("insert").alias(_ACTION),
                 flagged_col.alias(_FLAG), F.lit(False).alias(_WAS_FLAGGED),
             )  # fmt: skip
-            metrics, rewritten, _ = _per_file(hits.drop(*key).unionByName(new))
+            metrics, rewritten, _ = _per_file(
+                hits.drop(*key).unionByName(new, allowMissingColumns=True)
+            )
+            if on_read:
+                gone = hits.where(F.col(_ACTION).isin(*_LOSSES)).select(FILE_COLUMN, ROW_COLUMN)
+                # A full update's new row is the batch's; a partial one's takes the rest of its
+                # row from the table: the files holding one are read.
+                full = frame.where(action == "full").select(
+                    *[
+                        F.col(f"s.`{c}`").alias(c)
+                        if c in columns
+                        else F.lit(None).cast(target.schema[c].dataType).alias(c)
+                        for c in names
+                    ]
+                )
+                changed = fresh.unionByName(full)
+                patched = sorted(metrics.pop("patched_files"))
+                if patched:
+                    paths = [absolute_path(uri, f) for f in patched]
+                    again, action2, value2 = joined(
+                        read(spark, uri, only_files=paths, with_file=True), "inner"
+                    )
+                    changed = changed.unionByName(
+                        again.where(action2 == "partial").select(*[value2(c) for c in names])
+                    )
+                beside(dt, metrics, changed, gone)
+                return metrics
             # Then the files that change, read again whole, each row with its key's batch row.
             paths = [absolute_path(uri, f) for f in sorted(rewritten)]
             frame, action, value = joined(
@@ -493,6 +591,16 @@ def upsert_newer(
             hits.unpersist()
         return metrics
 
+    def beside(dt: DeltaTable, metrics: dict[str, int], rows: DataFrame, gone: DataFrame) -> None:
+        """Write ``rows`` and mark ``gone`` (``_write_beside``); only the state when nothing
+        changes."""
+        metrics.pop("patched_files", None)
+        new = metrics["num_target_rows_inserted"] + metrics["num_target_rows_updated"]
+        if new or metrics["num_target_rows_deleted"]:
+            _write_beside(uri, dt, rows, gone, key, recorded(metrics), new, pin)
+        else:
+            C.record_state(uri, recorded(metrics), pin)
+
     def commit(
         dt: DeltaTable,
         metrics: dict[str, int],
@@ -503,6 +611,7 @@ def upsert_newer(
     ) -> None:
         """Write ``rows`` (and ``again``: see ``_rewrite``) in place of ``rewritten``; only the
         state when nothing changes."""
+        metrics.pop("patched_files", None)
         if metrics["num_target_rows_inserted"] or rewritten:
             _rewrite(uri, dt, rows, rewritten, key, recorded(metrics), rows_hint, True, again, pin)
         else:
@@ -527,6 +636,7 @@ def _per_file(changes: DataFrame) -> tuple[dict[str, int], set[str], int]:
             F.count("*").alias("rows"),
             F.count_if(action == "insert").alias("inserted"),
             F.count_if(action.isin("full", "partial")).alias("updated"),
+            F.count_if(action == "partial").alias("patched"),
             F.count_if(action == "delete").alias("deleted"),
             (F.count_if(gains & now) - F.count_if(losses & was)).alias("flagged"),
             (F.count_if(gains & ~now) - F.count_if(losses & ~was)).alias("unflagged"),
@@ -540,6 +650,8 @@ def _per_file(changes: DataFrame) -> tuple[dict[str, int], set[str], int]:
         "num_target_rows_deleted": sum(r["deleted"] for r in per_file),
         "flagged_added": sum(r["flagged"] for r in per_file),
         "unflagged_added": sum(r["unflagged"] for r in per_file),
+        # Files holding a partial update (popped before the metrics are recorded).
+        "patched_files": {r[FILE_COLUMN] for r in per_file if r["patched"]},
     }
     kept = sum(r["rows"] - r["deleted"] for r in changed)
     return metrics, {r[FILE_COLUMN] for r in changed}, kept
@@ -622,15 +734,27 @@ def rewrite_keys(
     version: int,
     few: bool,
     compact: bool = False,
+    on_read: bool = False,
 ) -> None:
     """Replace every row of ``keys`` (a frame of key columns, each key once) by ``rows``
     (``count`` of them), where the caller found the files of version ``version`` that hold
     those keys' rows: ``held`` maps each (a path as ``FILE_COLUMN`` gives it) to its rows of
     them. Those files are written again without those rows, with ``rows``, in one commit against
     ``version`` recording ``state``: ``replace_keys`` without looking for the keys' rows.
-    ``few``: ``keys`` are sent to the tasks reading the files. ``compact``: see ``_rewrite``."""
+    ``few``: ``keys`` are sent to the tasks reading the files. ``compact``: see ``_rewrite``.
+    ``on_read``: the rows of ``keys`` are marked in deletion vectors (``_write_beside``)."""
     dt = open_table(uri, version)
     out = rows
+    if on_read:
+        paths = [absolute_path(uri, f) for f in sorted(held)]
+        target = read(
+            spark, uri, only_files=paths, with_file=True, with_position=True, columns=key
+        )
+        wanted = F.broadcast(keys) if few else keys
+        on = [target[f"`{k}`"].eqNullSafe(wanted[f"`{k}`"]) for k in key]
+        gone = target.join(wanted, on, "left_semi").select(FILE_COLUMN, ROW_COLUMN)
+        _write_beside(uri, dt, rows, gone, key, state, count)
+        return
     if held:
         sizes = add_actions(dt).select(["path", "num_records"]).to_pylist()
         kept = sum(a["num_records"] or 0 for a in sizes if a["path"] in held) - sum(held.values())
@@ -652,13 +776,15 @@ def delete_rows(
     only_dates: list[str] | None = None,
     by_file: bool = False,
     pin: Pin | None = None,
+    on_read: bool = False,
 ) -> int:
     """Delete the rows matching ``condition`` by rewriting the files that hold one (only the
     files of the ``ingest_date`` partitions ``only_dates`` are read, when given); returns rows
     deleted. Records ``state`` (when given) even when nothing matched. ``by_file``: each file
     is rewritten as itself, in its own task, so a sorted file stays sorted and keeps its key
     range (a current table's: its files are few); else Spark may pack several small files into
-    one task and write them as one. ``pin``: see ``upsert_newer``."""
+    one task and write them as one. ``pin``: see ``upsert_newer``. ``on_read``: the rows are
+    marked in deletion vectors instead (``_write_beside``)."""
     if not exists(uri):
         return 0
 
@@ -672,14 +798,19 @@ def delete_rows(
             dates = actions[f"partition.{PARTITION_COLUMN}"].to_pylist()
             relative = [p for p, d in zip(relative, dates, strict=True) if str(d) in only_dates]
         paths = [absolute_path(uri, f) for f in relative]
-        target = read(spark, uri, only_files=paths, with_file=True)
+        target = read(spark, uri, only_files=paths, with_file=True, with_position=on_read)
         marked = target.withColumn("__hit", F.coalesce(condition, F.lit(False))).persist(
             PERSIST_LEVEL
         )
         try:
             rewritten, deleted, _ = _hits(marked)
-            if rewritten:
+            if rewritten and on_read:
+                gone = marked.where(F.col("__hit")).select(FILE_COLUMN, ROW_COLUMN)
+                key = (state.key if state is not None else None) or []
+                _write_beside(uri, dt, None, gone, key, state, None, pin)
+            elif rewritten:
                 keep = marked.where(F.col(FILE_COLUMN).isin(*rewritten) & ~F.col("__hit"))
+                keep = keep.drop(ROW_COLUMN) if on_read else keep
                 schema = pa.schema(dt.schema())
                 out = C.conform(keep, schema)
                 adds = data_files.write(out, uri, dt.metadata().partition_columns)
@@ -696,3 +827,50 @@ def delete_rows(
 
     with one_file_a_task(spark) if by_file else nullcontext():
         return _retrying(attempt)
+
+
+# A file whose deletion vector marks at least this share of its rows is rewritten by ``purge``:
+# every read decodes its DV and skips the dead rows.
+PURGE_SHARE = 0.3
+
+
+def purge(spark_of: Callable[[], SparkSession], uri: str, share: float = PURGE_SHARE) -> int:
+    """Rewrite the files of ``uri`` whose deletion vectors mark at least ``share`` of their
+    rows, with its small files once they are many (``small_files``), sorted by the table's key,
+    in one commit; returns the files rewritten. ``spark_of`` gives the session, asked for only
+    when a file is rewritten. A lost race is retried on the new snapshot."""
+    if not exists(uri) or not deletion_vectors_of(uri):
+        return 0
+
+    def attempt() -> int:
+        dt = open_table(uri)
+        dvs = deletion_vectors_of(uri, dt)
+        actions = add_actions(dt)
+        rows = dict(
+            zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(), strict=True)
+        )
+        heavy = {
+            p for p, n in rows.items()
+            if unquote(p) in dvs and n and dvs[unquote(p)].cardinality >= share * n
+        }  # fmt: skip
+        if not heavy:
+            return 0
+        folded, _ = small_files(dt, heavy)
+        chosen = heavy | set(folded)
+        live = sum(
+            (rows[p] or 0) - (dvs[unquote(p)].cardinality if unquote(p) in dvs else 0)
+            for p in chosen
+        )
+        spark = spark_of()
+        out = read(spark, uri, only_files=[absolute_path(uri, p) for p in sorted(chosen)])
+        out = out.persist(PERSIST_LEVEL)
+        try:
+            key = table_state(uri).key
+            out = C.sorted_by_key(out, key, live) if key else out
+            adds = data_files.write(out, uri, dt.metadata().partition_columns, C.ROWS_PER_FILE)
+            C.commit(uri, adds, data_files.removes(actions, chosen), read_version=dt.version())
+        finally:
+            out.unpersist()
+        return len(chosen)
+
+    return _retrying(attempt)

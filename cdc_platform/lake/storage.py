@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 import obstore
 import pyarrow.fs as pafs
+from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store
 
 OPTION_NAMES = (
@@ -255,6 +256,19 @@ def delete_files(location: str, paths: list[str]) -> None:
         obstore.delete(store, [prefix + p for p in paths])
     except Exception as e:  # obstore's errors are not OSError
         raise OSError(f"cannot delete from {location}: {e}") from None
+
+
+def put_if_absent(location: str, relative: str, data: bytes) -> bool:
+    """Put ``data`` at ``relative`` below ``location`` (a bucket) unless the key exists (False
+    then): S3's conditional put, ``If-None-Match: *``."""
+    store, prefix = _store_of(location)
+    try:
+        obstore.put(store, prefix + relative, data, mode="create")
+    except (AlreadyExistsError, PreconditionError):
+        return False
+    except Exception as e:  # obstore's errors are not OSError
+        raise OSError(f"cannot write {location}/{relative}: {e}") from None
+    return True
 
 
 def delete_tree(location: str) -> None:

@@ -17,12 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
 
-from cdc_platform.lake import arrow_files, storage
+from cdc_platform.lake import arrow_files, delta_log, storage
+from cdc_platform.lake import deletion_vectors as DV
+from cdc_platform.lake.deletion_vectors import Descriptor
 
 RAW = "raw"
 CHANGELOG = "changelog"
@@ -48,7 +50,9 @@ TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
 # row groups of unequal size, so at best one task read two thirds of it while a core idled.
 RAW_ROW_GROUP_ROWS = 16 * 1024
 # The column ``read(..., with_file=True)`` adds: the data file each row comes from.
-FILE_COLUMN = "__file"
+FILE_COLUMN = DV.FILE
+# The column ``read(..., with_position=True)`` adds: the row's position in its file.
+ROW_COLUMN = DV.ROW
 
 
 class TableRef(NamedTuple):
@@ -252,47 +256,114 @@ def absolute_path(uri: str, relative: str) -> str:
     return os.path.join(os.path.abspath(uri), unquote(relative))
 
 
+def deletion_vectors_of(uri: str, dt: DeltaTable | None = None) -> dict[str, Descriptor]:
+    """The deletion vectors of the table's snapshot (or of ``dt``): each file that has one, by
+    its path relative to the table (decoded), -> its descriptor. Empty for a table without
+    the feature, with no read of the log."""
+    dt = snapshot(uri) if dt is None else dt
+    if DV.FEATURE not in (dt.protocol().reader_features or []):
+        return {}
+    found = delta_log.replay(uri, dt.version()).deletion_vectors()
+    return {unquote(p): d for p, d in found.items()}
+
+
 def read(
-    spark: SparkSession, uri: str, only_files: list[str] | None = None, with_file: bool = False
+    spark: SparkSession,
+    uri: str,
+    only_files: list[str] | None = None,
+    with_file: bool = False,
+    with_position: bool = False,
+    columns: list[str] | None = None,
 ) -> DataFrame | None:
-    """The table's snapshot (or just ``only_files`` of it) as a Spark DataFrame; None if absent.
-    ``with_file``: also ``FILE_COLUMN``, the path (relative to the table) each row comes from."""
+    """The table's snapshot (or just ``only_files`` of it) as a Spark DataFrame, its live rows
+    (those no deletion vector marks); None if absent. ``with_file``: also ``FILE_COLUMN``, the
+    path (relative to the table) each row comes from; ``with_position``: also ``ROW_COLUMN``,
+    the row's position in that file (what a deletion vector marks). ``columns``: only those of
+    the table's columns (Arrow reads, unlike Spark's, read only what they are given)."""
     if not exists(uri):
         return None
     dt = snapshot(uri)
     arrow = pa.schema(dt.schema())
-    schema = from_arrow_schema(arrow)
+    if columns is not None:
+        arrow = pa.schema([f for f in arrow if f.name in set(columns)])
     paths = dt.file_uris() if only_files is None else only_files
     if not paths:
-        empty = spark.createDataFrame([], schema)
-        return empty.withColumn(FILE_COLUMN, F.lit(None).cast("string")) if with_file else empty
-    if storage.is_remote(uri):
-        names = [storage.relative(p, uri) for p in paths]
-        actions = add_actions(dt).select(["path", "size_bytes"]).to_pylist()
+        empty = spark.createDataFrame([], from_arrow_schema(arrow))
+        extra = [FILE_COLUMN] * with_file + [ROW_COLUMN] * with_position
+        types = {FILE_COLUMN: "string", ROW_COLUMN: "bigint"}
+        return empty.select("*", *[F.lit(None).cast(types[c]).alias(c) for c in extra])
+    files = _Files(uri, dt, arrow, with_file, with_position)
+    dvs = deletion_vectors_of(uri, dt)
+    if dvs:
+        names = {p: storage.relative(local_path(p), uri) for p in paths}
+        marked = [p for p in paths if names[p] in dvs]
+        plain = [p for p in paths if names[p] not in dvs]
+        if marked:
+            out = files.through_arrow(spark, marked, [dvs[names[p]] for p in marked])
+            return out.unionByName(files.read(spark, plain)) if plain else out
+    return files.read(spark, paths)
+
+
+@dataclass(frozen=True)
+class _Files:
+    """How ``read`` reads data files of a snapshot: with which columns, and which of its own."""
+
+    uri: str
+    dt: DeltaTable
+    schema: pa.Schema
+    with_file: bool
+    with_position: bool
+
+    def read(self, spark: SparkSession, paths: list[str]) -> DataFrame:
+        """``paths`` (no deletion vector marks a row of them) read whole."""
+        if storage.is_remote(self.uri):
+            return self.through_arrow(spark, paths)
+        # Read with the table's schema, not one merged from the files' footers (a round trip
+        # that opens them, half of a small read's time): a file written before a column was
+        # added reads it as null, and the partition values in the paths get the schema's types.
+        # Spark puts the partition columns last: the select restores the table's order.
+        table = from_arrow_schema(pa.schema(self.dt.schema()))
+        df = spark.read.schema(table).option("basePath", self.uri).parquet(*paths)
+        columns = [F.col(f"`{f.name}`") for f in self.schema]
+        if self.with_file:
+            # Spark gives a file:// URI; the log holds paths relative to the table.
+            root = "file:" + os.path.abspath(self.uri) + "/"
+            relative = F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", "file:")
+            name = F.url_decode(F.replace(relative, F.lit(root), F.lit("")))
+            columns.append(name.alias(FILE_COLUMN))
+        if self.with_position:
+            columns.append(F.col("_metadata.row_index").alias(ROW_COLUMN))
+        return df.select(*columns)
+
+    def through_arrow(
+        self, spark: SparkSession, paths: list[str], deleted: list[Descriptor] | None = None
+    ) -> DataFrame:
+        """``paths`` read through pyarrow in the executors (``arrow_files``): a bucket's files,
+        and files whose deletion vectors leave rows out."""
+        names = [storage.relative(local_path(p), self.uri) for p in paths]
+        actions = add_actions(self.dt).select(["path", "size_bytes"]).to_pylist()
         size = {unquote(a["path"]): a["size_bytes"] for a in actions}
-        partitions = dt.metadata().partition_columns
         return arrow_files.read(
-            spark, uri, names, arrow, partitions, FILE_COLUMN if with_file else None,
-            sizes=[size.get(n, 0) for n in names],
+            spark, self.uri, names, self.schema, self.dt.metadata().partition_columns,
+            FILE_COLUMN if self.with_file else None, sizes=[size.get(n, 0) for n in names],
+            deleted=deleted, position_column=ROW_COLUMN if self.with_position else None,
         )  # fmt: skip
-    # Read with the table's schema, not one merged from the files' footers (a round trip that
-    # opens them, half of a small read's time): a file written before a column was added reads
-    # it as null, and the partition values in the paths get the schema's types. Spark puts the
-    # partition columns last: the select restores the table's order.
-    df = spark.read.schema(schema).option("basePath", uri).parquet(*paths)
-    columns = [F.col(f"`{f.name}`") for f in schema.fields]
-    if with_file:
-        # Spark gives a file:// URI; the log holds paths relative to the table.
-        root = "file:" + os.path.abspath(uri) + "/"
-        relative = F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", "file:")
-        columns.append(F.url_decode(F.replace(relative, F.lit(root), F.lit(""))).alias(FILE_COLUMN))
-    return df.select(*columns)
 
 
 def read_arrow(uri: str, columns: list[str] | None = None) -> pa.Table | None:
     """The table's snapshot as Arrow, without Spark (small tables: tests, previews); None if
     absent."""
-    return snapshot(uri).to_pyarrow_table(columns=columns) if exists(uri) else None
+    if not exists(uri):
+        return None
+    dt = snapshot(uri)
+    if DV.FEATURE not in (dt.protocol().reader_features or []):
+        return dt.to_pyarrow_table(columns=columns)
+    # delta-rs's own Arrow conversions refuse a table with deletion vectors; its query engine
+    # applies them.
+    chosen = ", ".join(quoted(c) for c in columns) if columns else "*"
+    table = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {chosen} FROM t"))
+    schema = pa.schema(dt.schema())
+    return table.cast(pa.schema([schema.field(n) for n in table.column_names]))
 
 
 def head(
@@ -309,12 +380,31 @@ def head(
         pa.schema([f for f in schema if f.name in columns]), flavor="hive"
     )
     fs, base = storage.filesystem(uri)
-    names = [f"{base}/{storage.relative(local_path(f), uri)}" for f in only_files]
-    dataset = ds.dataset(
-        names, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning,
-        partition_base_dir=base,
-    )  # fmt: skip
-    return dataset.head(rows, filter=where)
+    relative = [storage.relative(local_path(f), uri) for f in only_files]
+
+    def dataset(names: list[str]) -> ds.Dataset:
+        return ds.dataset(
+            [f"{base}/{n}" for n in names], schema=schema, format="parquet", filesystem=fs,
+            partitioning=partitioning, partition_base_dir=base,
+        )  # fmt: skip
+
+    dvs = deletion_vectors_of(uri, dt)
+    if not any(n in dvs for n in relative):
+        return dataset(relative).head(rows, filter=where)
+    # File by file, each file's deleted rows left out before ``where``.
+    found, left = [], rows
+    for name in relative:
+        table = dataset([name]).to_table()
+        if name in dvs:
+            deleted = DV.read(uri, dvs[name])
+            table = table.filter(pa.array(DV.keep_mask(deleted, table.num_rows)))
+        if where is not None:
+            table = table.filter(where)
+        found.append(table.slice(0, left))
+        left -= found[-1].num_rows
+        if left <= 0:
+            break
+    return pa.concat_tables(found) if found else schema.empty_table()
 
 
 def state(uri: str) -> TableState:
@@ -485,8 +575,9 @@ def row_count(uri: str, only_files: list[str] | None = None) -> int:
     the file statistics (reads no data)."""
     if not exists(uri):
         return 0
-    actions = add_actions(snapshot(uri))
-    counts = actions["num_records"].to_pylist()
+    dt = snapshot(uri)
+    actions = add_actions(dt)
+    counts = _live_counts(uri, dt, actions)
     if only_files is not None:
         wanted = {local_path(f) for f in only_files}
         paths = [absolute_path(uri, p) for p in actions["path"].to_pylist()]
@@ -499,9 +590,21 @@ def partition_row_counts(uri: str) -> dict[str, int]:
     file statistics (reads no data); empty when the table does not exist."""
     if not exists(uri):
         return {}
-    actions = snapshot(uri).get_add_actions(flatten=True)
+    dt = snapshot(uri)
+    actions = add_actions(dt)
     dates = actions[f"partition.{PARTITION_COLUMN}"].to_pylist()
     counts: dict[str, int] = {}
-    for date, rows in zip(dates, actions["num_records"].to_pylist(), strict=True):
+    for date, rows in zip(dates, _live_counts(uri, dt, actions), strict=True):
         counts[str(date)] = counts.get(str(date), 0) + int(rows)
     return counts
+
+
+def _live_counts(uri: str, dt: DeltaTable, actions: pa.Table) -> list[int]:
+    """Each file's live rows (``actions``' order): its ``numRecords`` less its deletion
+    vector's cardinality."""
+    counts = [n or 0 for n in actions["num_records"].to_pylist()]
+    dvs = deletion_vectors_of(uri, dt)
+    if not dvs:
+        return counts
+    paths = [unquote(p) for p in actions["path"].to_pylist()]
+    return [n - (dvs[p].cardinality if p in dvs else 0) for p, n in zip(paths, counts, strict=True)]

@@ -4,7 +4,8 @@ A merge or compaction replaces files with a remove action; the replaced files st
 a table's folder grows with every micro-batch. A write that crashed before its commit leaves a
 ``write-<uuid>/`` folder no commit names. ``vacuum`` deletes both once they are older than the
 retention; time travel to versions older than that ends with them (every reader of an old
-version falls back when its files are gone).
+version falls back when its files are gone). Deletion vector files go the same way: those the
+newest version names stay, stale ones and a crashed merge's go.
 
 delta-rs lists what to delete (its dry run) and we delete it: its own vacuum commits twice
 (VACUUM START and END), and a commit by anyone else under a pinned step (``lake.commit.Pin``)
@@ -18,7 +19,7 @@ import pyarrow.fs as pafs
 from cdc_platform.lake import storage
 from cdc_platform.lake.data_files import STAGING_PREFIX
 from cdc_platform.lake.staging import STAGING
-from cdc_platform.lake.tables import exists, folders, open_table
+from cdc_platform.lake.tables import deletion_vectors_of, exists, folders, open_table
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,11 @@ def vacuum(uri: str, retention_hours: int) -> Vacuumed:
         retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False,
         full=True,
     )  # fmt: skip
+    # delta-rs lists the live deletion vector files too: deleting one would break the table.
+    live = {dv.file() for dv in deletion_vectors_of(uri).values()}
     fs, root = storage.filesystem(uri)
     files, size = 0, 0
-    for relative in listed:
+    for relative in (r for r in listed if r not in live):
         path = f"{root}/{relative}"
         info = fs.get_file_info(path)
         if info.type != pafs.FileType.File:  # another vacuum got there first

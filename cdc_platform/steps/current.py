@@ -123,6 +123,7 @@ def merge_current(
 
     ``options``: the table's configuration (ignore_null_updates, tombstone retention)."""
     options = options or TableConfig(name=table)
+    on_read = options.merge_mode == "merge-on-read"
     cl_uri = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
     cur_uri = lake.TableRef(lake.CURRENT, source, table).uri(warehouse)
     cl_version = lake.version(cl_uri)
@@ -192,6 +193,7 @@ def merge_current(
             replace(state, truncated_before=truncated_before, rows=[live, deleted]),
             by_file=True,
             pin=pin,
+            on_read=on_read,
         )
     newest = apply.latest_per_key(batch, key, truncated_before, options.ignore_null_updates)
     # At most the batch's rows: one newest row a key, and the rebuilt keys are the batch's own
@@ -215,7 +217,9 @@ def merge_current(
         if merging and not fresh:
             # The table's rows of those keys, what every decision below reads of the table: read
             # once (the key, sequence and flag columns of the candidate files), at most the batch.
-            held = lake.rows_of_keys(spark, cur_uri, keys, key, _HELD, known, small)
+            held = lake.rows_of_keys(
+                spark, cur_uri, keys, key, _HELD, known, small, with_position=on_read
+            )
             held = held.persist(PERSIST_LEVEL)
             newest = apply.relative_to(newest, held, key, small)
             newest = _rebuild_keys(
@@ -248,7 +252,7 @@ def merge_current(
                 metrics = lake.upsert_newer(
                     spark, cur_uri, newest.drop(*apply.HELD), key, C.SEQUENCE_COL,
                     apply.PARTIAL_COL, counted,
-                    C.DELETED_COL, known, bound, held, pin,
+                    C.DELETED_COL, known, bound, held, pin, on_read,
                 )  # fmt: skip
             live += metrics["unflagged_added"]
             deleted += metrics["flagged_added"]
@@ -269,7 +273,7 @@ def merge_current(
         expired = lake.read(spark, cur_uri).where(old).count()
         purged = lake.delete_rows(
             spark, cur_uri, old, replace(new_state, rows=[live, deleted - expired]), by_file=True,
-            pin=pin,
+            pin=pin, on_read=on_read,
         )  # fmt: skip
         deleted -= purged
     version = lake.version(cur_uri)

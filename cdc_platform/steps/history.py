@@ -147,7 +147,7 @@ def _update(
                 lake.rewrite_keys(
                     spark, h_uri, rows, changed_keys, per_file.held, key, new_state,
                     per_file.versions, known.version, per_file.keys <= lake.BROADCAST_ROWS,
-                    compact=True,
+                    compact=True, on_read=table.merge_mode == "merge-on-read",
                 )  # fmt: skip
             else:
                 lake.record_state(h_uri, new_state)

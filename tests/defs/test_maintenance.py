@@ -14,7 +14,7 @@ from deltalake.transaction import RemoveAction
 
 from cdc_platform.catalog import MaintenanceConfig
 from cdc_platform.defs.maintenance import JOB_NAME, build_maintenance_defs
-from cdc_platform.defs.resources import LakeResource
+from cdc_platform.defs.resources import LakeResource, SparkResource
 from cdc_platform.lake.tables import TABLE_PROPERTIES, add_actions
 
 HOUR_MS = 3600 * 1000
@@ -49,7 +49,8 @@ def _run(warehouse: Path, hours: int = 24) -> dg.ExecuteInProcessResult:
     lake = LakeResource(warehouse=str(warehouse), landing=str(warehouse))
     defs = dg.Definitions.merge(
         build_maintenance_defs(MaintenanceConfig(retention_hours=hours)),
-        dg.Definitions(resources={"lake": lake}),
+        # Lazy: no session starts unless a purge rewrites files (these tables have no DVs).
+        dg.Definitions(resources={"lake": lake, "spark": SparkResource(spark_config={})}),
     )
     return defs.resolve_job_def(JOB_NAME).execute_in_process(raise_on_error=False)
 

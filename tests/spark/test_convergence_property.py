@@ -35,6 +35,7 @@ from cdc_platform.steps.changelog import normalize_source
 from cdc_platform.steps.current import MergeResult, current_rows, merge_current
 from cdc_platform.steps.history import update_history
 from cdc_platform.steps.raw import ingest_files
+from tests.delta_readers import agreed
 from tests.reference_model import (
     COLUMNS,
     PLACEHOLDER,
@@ -235,6 +236,10 @@ def _assert_change_log_is_a_fresh_normalization(spark, root: Path, files: list[l
 
 
 def _lake_rows(spark, warehouse: Path) -> dict[int, dict]:
+    for layer in (lake.CURRENT, lake.HISTORY):
+        uri = lake.TableRef(layer, SOURCE.name, TABLE).uri(warehouse)
+        if lake.exists(uri):
+            agreed(spark, uri)  # Spark, delta-rs and DuckDB read the same rows
     df = current_rows(spark, warehouse, SOURCE.name, TABLE)
     rows = [] if df is None else df.toArrow().to_pylist()
     return {r["id"]: {c: r.get(c) for c in COLUMNS} for r in rows}

@@ -16,14 +16,11 @@ INT96; the add actions' statistics must hold the files' true row counts and boun
 """
 
 import datetime as dt
-import functools
 import json
 import re
 from decimal import Decimal
 from pathlib import Path
 
-import duckdb
-import duckdb_extension_delta
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -33,6 +30,7 @@ from pyspark.sql import types as T
 
 from cdc_platform import lake
 from cdc_platform.lake import data_files
+from tests.delta_readers import delta_rs, delta_scan, duckdb_connection
 
 pytestmark = pytest.mark.spark
 
@@ -126,26 +124,6 @@ def _sorted(table: pa.Table) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 
-@functools.cache
-def _duckdb() -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the ``delta`` extension of duckdb-extension-delta loaded (once:
-    loading it takes a while)."""
-    folder = Path(duckdb_extension_delta.__file__).parent / "extensions"
-    path = folder / f"v{duckdb.__version__}" / "delta.duckdb_extension"
-    built = sorted(p.name for p in folder.iterdir())
-    assert path.exists(), f"duckdb {duckdb.__version__}, delta extension built for {built}"
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    con.load_extension(str(path))
-    return con
-
-
-def _delta_scan(uri: str, where: str = "", params: list | None = None) -> pa.Table:
-    sql = f"SELECT * FROM delta_scan('{uri}') {where}"
-    return _duckdb().execute(sql, params or []).to_arrow_table()
-
-
 def _files(uri: str) -> list[str]:
     return DeltaTable(uri).file_uris()
 
@@ -154,12 +132,12 @@ def _files(uri: str) -> list[str]:
 def test_spark_delta_rs_and_duckdb_read_the_same_rows(spark, tables, name):
     uri = tables[name]
     expected = _expected_history() if name == "history" else _expected_current()
-    ours = DeltaTable(uri).to_pyarrow_table()
+    ours = delta_rs(uri)
     assert _sorted(ours) == expected
     spark_rows = lake.read(spark, uri).toArrow()
     assert spark_rows.column_names == ours.column_names
     assert _sorted(spark_rows) == expected
-    theirs = _delta_scan(uri)
+    theirs = delta_scan(uri)
     assert sorted(theirs.column_names) == sorted(ours.column_names)
     assert _sorted(theirs) == expected
 
@@ -176,7 +154,9 @@ def test_types_are_the_same_in_every_reader(spark, tables, name):
         assert ours.field("ingest_date").type == pa.date32()
     spark_types = {f.name: f.dataType for f in lake.read(spark, uri).schema.fields}
     assert spark_types == {f.name: f.dataType for f in (HISTORY if name == "history" else CURRENT)}
-    described = _duckdb().execute(f"DESCRIBE SELECT * FROM delta_scan('{uri}')").fetchall()
+    described = (
+        duckdb_connection().execute(f"DESCRIBE SELECT * FROM delta_scan('{uri}')").fetchall()
+    )
     duck = {row[0]: row[1] for row in described}
     assert duck["id"] == "INTEGER" and duck["name"] == "VARCHAR"
     assert duck["amount"] == "DECIMAL(10,2)" and duck["day"] == "DATE"
@@ -193,12 +173,12 @@ def test_duckdb_data_skipping_keeps_the_bounds(tables, name):
     1.5.5 skips files on int, string, date and partition bounds; on timestamps it reads every
     file, for delta-rs's own tables too.)"""
     uri = tables[name]
-    rows = _sorted(DeltaTable(uri).to_pyarrow_table())
+    rows = _sorted(delta_rs(uri))
     for column in ("id", "name", "day", "ts"):
         values = [r[column] for r in rows if r[column] is not None]
         for value in (min(values), max(values)):
             want = sorted(r["id"] for r in rows if r[column] == value)
-            got = _delta_scan(uri, f'WHERE "{column}" = ?', [value])
+            got = delta_scan(uri, f'WHERE "{column}" = ?', [value])
             assert sorted(got["id"].to_pylist()) == want, (column, value)
 
 
@@ -206,7 +186,7 @@ def test_duckdb_skips_files_on_our_statistics(tables):
     """DuckDB does read our statistics: a key lookup scans fewer files than the table has."""
     uri = tables["history"]
     sql = f"EXPLAIN ANALYZE SELECT id FROM delta_scan('{uri}') WHERE id = 6"
-    plan = _duckdb().execute(sql).fetchall()[0][1]
+    plan = duckdb_connection().execute(sql).fetchall()[0][1]
     scanned = re.search(r"Scanning Files: (\d+)/(\d+)", plan)
     assert scanned, plan
     assert (int(scanned[1]), int(scanned[2])) == (1, len(_files(uri))), plan
@@ -275,8 +255,10 @@ def test_statistics_are_the_files_true_counts_and_bounds(tables, name):
             assert row[f"null_count.{column}"] == values.null_count, (row["path"], column)
             assert row[f"min.{column}"] == pc.min(values).as_py(), (row["path"], column)
             assert row[f"max.{column}"] == pc.max(values).as_py(), (row["path"], column)
-    table = DeltaTable(uri).to_pyarrow_table()
-    assert sum(actions["num_records"].to_pylist()) == table.num_rows == lake.row_count(uri)
+    table = delta_rs(uri)
+    marked = sum(d.cardinality for d in lake.deletion_vectors_of(uri).values())
+    live = sum(actions["num_records"].to_pylist()) - marked  # numRecords counts marked rows
+    assert live == table.num_rows == lake.row_count(uri)
     for column in ("ts", "id", "name", "day"):
         assert lake.max_stat(uri, column) == pc.max(table[column]).as_py(), column
 
@@ -292,5 +274,5 @@ def test_tables_are_checkpointed_every_ten_commits_and_read_the_same(spark, tmp_
     assert [p.name for p in sorted(log.glob("*.checkpoint.parquet"))] == [
         "00000000000000000009.checkpoint.parquet"
     ]
-    assert sorted(DeltaTable(uri).to_pyarrow_table()["id"].to_pylist()) == list(range(12))
-    assert sorted(_delta_scan(uri)["id"].to_pylist()) == list(range(12))
+    assert sorted(delta_rs(uri)["id"].to_pylist()) == list(range(12))
+    assert sorted(delta_scan(uri)["id"].to_pylist()) == list(range(12))

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
 from cdc_platform.steps.history import update_history
+from tests.delta_readers import agreed
 
 pytestmark = pytest.mark.spark
 
@@ -46,7 +47,9 @@ def _history(spark, warehouse, table=TABLE, full_refresh=False):
 
 
 def _rows(spark, warehouse):
-    table = lake.read_arrow(lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse))
+    uri = lake.TableRef(lake.HISTORY, "s", "t").uri(warehouse)
+    table = lake.read_arrow(uri)
+    agreed(spark, uri)  # Spark, delta-rs and DuckDB read the same rows
     cols = ["id", "a", "b", "__start_at", "__end_at", "__is_current", "__is_deleted", "__op"]
     rows = [tuple(r[c] for c in cols) for r in table.to_pylist()]
     return sorted(rows, key=lambda r: (r[0], r[3]))
