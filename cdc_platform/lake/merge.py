@@ -747,9 +747,7 @@ def rewrite_keys(
     out = rows
     if on_read:
         paths = [absolute_path(uri, f) for f in sorted(held)]
-        target = read(
-            spark, uri, only_files=paths, with_file=True, with_position=True, columns=key
-        )
+        target = read(spark, uri, only_files=paths, with_file=True, with_position=True, columns=key)
         wanted = F.broadcast(keys) if few else keys
         on = [target[f"`{k}`"].eqNullSafe(wanted[f"`{k}`"]) for k in key]
         gone = target.join(wanted, on, "left_semi").select(FILE_COLUMN, ROW_COLUMN)
