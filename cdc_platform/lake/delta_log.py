@@ -39,6 +39,7 @@ class Replayed:
     protocol: dict[str, Any]
     metadata: dict[str, Any]
     adds: dict[str, dict[str, Any]] = field(default_factory=dict)  # path in the log -> add
+    stamp: tuple = ()  # its commit file's (``_stamp``): a table made anew has another
 
     @property
     def has_feature(self) -> bool:
@@ -94,17 +95,27 @@ def replay(uri: str, version: int) -> Replayed:
     fs, base = storage.filesystem(uri)
     log = f"{base}/{_LOG}"
     known = _replays.newest.get(uri)
-    if known is None or known.version > version:
+    if known is None or known.version > version or _stamp(fs, log, known.version) != known.stamp:
         known = _from_checkpoint(fs, log, version)
     for v in range(known.version + 1, version + 1):
         known.apply(_read_commit(fs, log, v))
         known.version = v
+    known.stamp = _stamp(fs, log, known.version)
     _replays.newest[uri] = known
     return _copy(known)
 
 
+def _stamp(fs: pafs.FileSystem, log: str, version: int) -> tuple:
+    """What tells a commit file from another of the same name (a table deleted and made anew):
+    its modification time and size."""
+    if version < 0:
+        return ()
+    info = fs.get_file_info(f"{log}/{_json_name(version)}")
+    return (info.mtime_ns, info.size) if info.type == pafs.FileType.File else ("gone",)
+
+
 def _copy(r: Replayed) -> Replayed:
-    return Replayed(r.version, r.protocol, r.metadata, dict(r.adds))
+    return Replayed(r.version, r.protocol, r.metadata, dict(r.adds), r.stamp)
 
 
 def _from_checkpoint(fs: pafs.FileSystem, log: str, version: int) -> Replayed:
