@@ -5,7 +5,7 @@ deleted rows, ``lake.purge`` with share 0).
 Builds a change log of ``--rows`` inserts and the current table from it (``merge_current``, set
 up, not timed), then for each share merges that share of the keys, drawn uniformly, as updates
 (merge-on-read: the old rows marked, the new ones in new files). Each table is read with
-``lake.read`` and every column hashed (``xxhash64`` summed: no column pruned away, no row
+``lake.read`` and every column hashed (``xxhash64``, xor-ed: no column pruned away, no row
 count from footers), ``--repeat`` times; the summary gives medians and the ratio.
 
     .venv/bin/python bench/dv_reads.py                 # --rows 10000000 --shares 0.1,0.3
@@ -31,7 +31,7 @@ from cdc_platform.steps.current import merge_current
 def scan(spark, uri: str) -> tuple[float, int]:
     df = lake.read(spark, uri)
     t = time.perf_counter()
-    row = df.agg(F.count("*"), F.sum(F.xxhash64(*df.columns))).first()
+    row = df.agg(F.count("*"), F.bit_xor(F.xxhash64(*df.columns))).first()
     return time.perf_counter() - t, row[0]
 
 

@@ -13,7 +13,8 @@ updating ``--changed`` keys and times the incremental ``merge_current``, for two
 Each incremental merge starts from a fresh copy of the same base warehouse. Every timed run prints
 the load average at its start; the summary gives medians. It prints numbers, it checks nothing
 (but the row counts it prints should read: ``--rows`` live rows, ``--changed`` updated). Files:
-the files and bytes removed and added according to the Delta log.
+the files and bytes removed and added according to the Delta log, and the deletion vector files
+written (a merge-on-read merge removes no file: it gives files new deletion vectors).
 
     .venv/bin/python bench/incremental_merge.py            # --rows 10000000 --changed 100000
     .venv/bin/python bench/incremental_merge.py --rows 1000000 --changed 10000 --repeat 1
@@ -149,7 +150,7 @@ def _timed(owner, name: str, label: str) -> None:
 
 
 def install_timers() -> None:
-    _timed(lake, "upsert_newer", "merge (Spark, copy-on-write)")
+    _timed(lake, "upsert_newer", "merge (Spark)")
     _timed(lake, "replace", "write (replace)")
     _timed(merge_step, "_counts", "live counts (Spark)")
     _timed(merge_step, "_live_effect", "live effect (Spark)")
@@ -182,6 +183,8 @@ def files_diff(uri: str, before: int) -> dict:
         "bytes_added": sum(new[p] for p in added),
         "files_total_before": len(old),
         "bytes_total_before": sum(old.values()),
+        # Merge-on-read: the deletion vector files it wrote (the base has none).
+        "dv_bytes": sum(p.stat().st_size for p in Path(uri).glob("deletion_vector_*.bin")),
     }
 
 
@@ -301,7 +304,8 @@ def main() -> None:
             print(
                 f"    log: {f['files_removed']}/{f['files_total_before']} files removed "
                 f"({human(f['bytes_removed'])} of {human(f['bytes_total_before'])}), "
-                f"{f['files_added']} added ({human(f['bytes_added'])})",
+                f"{f['files_added']} added ({human(f['bytes_added'])}), deletion vectors "
+                f"{f['dv_bytes']:,} bytes",
                 flush=True,
             )
             merges[dist].append(r)
@@ -327,10 +331,11 @@ def main() -> None:
         w, c = med(runs), med(runs, "cpu")
         rewritten = statistics.median(r["files"]["bytes_removed"] for r in runs)
         total = runs[0]["files"]["bytes_total_before"]
+        wrote = statistics.median(r["files"]["bytes_added"] + r["files"]["dv_bytes"] for r in runs)
         print(
             f"  incremental, {dist:9s}      {w:7.1f} ({c:.1f}) = {w / full:.1%} of the rebuild "
-            f"wall ({c / full_cpu:.1%} CPU); rewrote {rewritten / total:.1%} of the bytes; "
-            f"loads {_loads(runs)}"
+            f"wall ({c / full_cpu:.1%} CPU); rewrote {rewritten / total:.1%} of the bytes, "
+            f"wrote {human(wrote)} (deletion vectors included); loads {_loads(runs)}"
         )
 
 

@@ -171,18 +171,23 @@ def current_frame(
         return None
     unkeyed = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in key])
     narrowed = written is not None and changes is not None  # to the rows of the changed keys
+    columns = [*key, C.SEQUENCE_COL, C.DELETED_COL]
     if written is None:
-        df = lake.read(spark, uri)
+        df = lake.read(spark, uri, columns=columns)
     else:
-        df = lake.read(spark, uri, only_files=lake.files_sharing_keys(uri, written, key[0]))
-    df = df.select(*key, C.SEQUENCE_COL, C.DELETED_COL, F.lit(False).alias("__change"))
+        files = lake.files_sharing_keys(uri, written, key[0])
+        df = lake.read(spark, uri, only_files=files, columns=columns)
+    df = df.select(*columns, F.lit(False).alias("__change"))
     if narrowed:
         log = lake.TableRef(lake.CHANGELOG, source, table).uri(warehouse)
-        changed = lake.read(spark, log, only_files=changes).where(F.col("key").isNotNull())
-        keys = changed.select(
+        changed = lake.read(spark, log, only_files=changes, columns=["key"])
+        keys = changed.where(F.col("key").isNotNull()).select(
             *[F.col("key")[k].alias(k) for k in key], F.lit(True).alias("__change")
         )
-        df = df.unionByName(keys, allowMissingColumns=True)
+        # Only the rows of those keys (and those with a null key part) go into the window: a
+        # batch of keys spread over the table would otherwise shuffle every row it read.
+        wanted = df.join(keys.select(*key), key, "left_semi").unionByName(df.where(unkeyed))
+        df = wanted.unionByName(keys, allowMissingColumns=True)
     # One window over the key (one shuffle; not a distinct and joins) says whether the key has a
     # live row in the table, so is exposed (a key with a null part never is, as a join on the
     # key would say), and whether the merge changed it (a row of ``keys`` is in it).
