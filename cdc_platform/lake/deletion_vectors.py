@@ -180,16 +180,14 @@ def mark(uri: str, rows: DataFrame, old: dict[str, Descriptor]) -> dict[str, Des
         if not chunks:
             return
         table = pa.Table.from_batches(chunks)
-        by_file: dict[str, list[np.ndarray]] = {}
         files = table.column(FILE).to_numpy(zero_copy_only=False)
         where = table.column(ROW).to_numpy()
         order = np.argsort(files, kind="stable")
         names, starts = np.unique(files[order], return_index=True)
-        for name, chunk in zip(names, np.split(order, starts[1:]), strict=True):
-            by_file.setdefault(str(name), []).append(where[chunk])
         paths, maps = [], []
-        for path, parts in by_file.items():
-            marked = BitMap64(np.concatenate(parts).astype(np.uint64))
+        for name, chunk in zip(names, np.split(order, starts[1:]), strict=True):
+            path = str(name)
+            marked = BitMap64(where[chunk].astype(np.uint64))
             if path in old:
                 marked |= BitMap64(read(uri, old[path], settings))
             paths.append((path, len(marked)))
@@ -213,9 +211,6 @@ def mark(uri: str, rows: DataFrame, old: dict[str, Descriptor]) -> dict[str, Des
         r["path"]: Descriptor(r["path_or_inline"], r["offset"], r["size"], r["cardinality"])
         for r in found
     }
-
-
-_INPUT = pa.schema([(FILE, pa.string()), (ROW, pa.int64())])
 
 
 def _tasks(rows: DataFrame) -> int:
