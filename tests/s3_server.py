@@ -156,7 +156,15 @@ class S3Server:
 
     def requests(self) -> dict[str, int]:
         """The S3 requests the gateway has served so far, by action (its Prometheus counters;
-        needs ``metrics``)."""
+        needs ``metrics``). The gateway counts a request after its response is sent, so the
+        counters are read until two readings 0.2 s apart agree."""
+        counts, previous = self._counters(), None
+        while counts != previous:
+            time.sleep(0.2)
+            counts, previous = self._counters(), counts
+        return counts
+
+    def _counters(self) -> dict[str, int]:
         import re
         import urllib.request
 
