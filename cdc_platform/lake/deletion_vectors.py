@@ -14,8 +14,7 @@ The bytes are Delta's (PROTOCOL.md, "Deletion Vectors"; delta-spark's
 
 Positions are physical row numbers within the Parquet file, from 0 (Spark's
 ``_metadata.row_index``). Spark's executors write the DV files (``mark``); only descriptors
-reach the driver. Spark's reader joins each file's DV as words of bits (``words_of``) and tests
-each row's position (``is_deleted``); Arrow readers apply it as a boolean mask (``keep_mask``).
+reach the driver. Readers apply a file's DV as a boolean mask over its rows (``keep_mask``).
 """
 
 import os
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap64
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -44,7 +43,6 @@ _Z85_VALUE = {c: i for i, c in enumerate(_Z85)}
 # The columns ``mark`` reads: a data file (its path in the log) and a row's position in it.
 FILE = "__file"
 ROW = "__row"
-WORDS = "__deleted_words"
 
 
 def z85_encode(data: bytes) -> str:
@@ -81,7 +79,7 @@ def positions(data: bytes) -> np.ndarray:
     (magic,) = struct.unpack_from("<I", data)
     if magic != MAGIC:
         raise ValueError(f"not a deletion vector bitmap (magic {magic})")
-    return np.frombuffer(BitMap64.deserialize(data[4:]).to_array(), dtype=np.uint64)
+    return np.fromiter(BitMap64.deserialize(data[4:]), dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -157,50 +155,6 @@ def keep_mask(deleted: np.ndarray, rows: int) -> np.ndarray:
     keep = np.ones(rows, dtype=bool)
     keep[deleted[deleted < rows].astype(np.int64)] = False
     return keep
-
-
-def bit_words(deleted: np.ndarray) -> np.ndarray:
-    """``deleted`` positions as 64-bit words (int64): row r is bit r % 64 of word r // 64, up
-    to the last deleted row."""
-    last = int(deleted.max()) if len(deleted) else -1
-    bits = np.zeros((last // 64 + 1) * 64, dtype=bool)
-    bits[deleted.astype(np.int64)] = True
-    return np.packbits(bits, bitorder="little").view("<i8")
-
-
-def is_deleted(words: Column, position: Column) -> Column:
-    """Whether the row at ``position`` is set in ``words`` (``bit_words``): a Spark expression,
-    no Python per row. A position past the last word is not deleted."""
-    word = F.get(words, F.shiftright(position, 6).cast("int"))
-    return F.coalesce(F.getbit(word, (position % 64).cast("int")) == 1, F.lit(False))
-
-
-def words_of(spark: SparkSession, uri: str, vectors: dict[str, Descriptor]) -> DataFrame:
-    """Each of ``vectors``' deletion vectors (by a key naming its data file) as a row (``FILE``:
-    the key, ``WORDS``: ``bit_words``), read from its DV file by the executors: rows/8 bytes a
-    file, for a reader to join by file and test with ``is_deleted``."""
-    settings = storage.options()
-    out = pa.schema([(FILE, pa.string()), (WORDS, pa.list_(pa.int64()))])
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            keys, found = [], []
-            for r in batch.to_pylist():
-                dv = Descriptor(r["path_or_inline"], r["offset"], r["size"], r["cardinality"])
-                keys.append(r["path"])
-                found.append(bit_words(read(uri, dv, settings)))
-            offsets = np.cumsum([0] + [len(w) for w in found], dtype=np.int32)
-            values = np.concatenate(found) if found else np.zeros(0, np.int64)
-            words = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-            yield pa.RecordBatch.from_arrays([pa.array(keys, pa.string()), words], schema=out)
-
-    rows = [
-        {"path": k, "path_or_inline": d.path_or_inline, "offset": d.offset, "size": d.size,
-         "cardinality": d.cardinality}
-        for k, d in vectors.items()
-    ]  # fmt: skip
-    listed = spark.createDataFrame(rows, from_arrow_schema(_MARKED))
-    return listed.mapInArrow(task, from_arrow_schema(out))
 
 
 _MARKED = pa.schema(

@@ -7,12 +7,11 @@ The asset key path ``[layer, source, table]`` is the table's path under the ware
 
 import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -300,7 +299,7 @@ def read(
         marked = [p for p in paths if names[p] in dvs]
         plain = [p for p in paths if names[p] not in dvs]
         if marked:
-            out = files.read(spark, marked, [dvs[names[p]] for p in marked])
+            out = files.through_arrow(spark, marked, [dvs[names[p]] for p in marked])
             return out.unionByName(files.read(spark, plain)) if plain else out
     return files.read(spark, paths)
 
@@ -315,12 +314,10 @@ class _Files:
     with_file: bool
     with_position: bool
 
-    def read(
-        self, spark: SparkSession, paths: list[str], deleted: list[Descriptor] | None = None
-    ) -> DataFrame:
-        """``paths``, less the rows their deletion vectors ``deleted`` mark (if given)."""
+    def read(self, spark: SparkSession, paths: list[str]) -> DataFrame:
+        """``paths`` (no deletion vector marks a row of them) read whole."""
         if storage.is_remote(self.uri):
-            return self.through_arrow(spark, paths, deleted)
+            return self.through_arrow(spark, paths)
         # Read with the table's schema, not one merged from the files' footers (a round trip
         # that opens them, half of a small read's time): a file written before a column was
         # added reads it as null, and the partition values in the paths get the schema's types.
@@ -336,28 +333,7 @@ class _Files:
             columns.append(name.alias(FILE_COLUMN))
         if self.with_position:
             columns.append(F.col("_metadata.row_index").alias(ROW_COLUMN))
-        if not deleted:
-            return df.select(*columns)
-        # Spark's vectorised reader, each row tested against its file's deletion vector as
-        # words of bits (joined by file, a broadcast of a bit per row): within a few percent
-        # of reading the files purged, where Arrow batches through Python cost a third more.
-        where, at = "__spark_path", "__position"
-        located = df.select(
-            *columns, F.col("_metadata.file_path").alias(where),
-            F.col("_metadata.row_index").alias(at),
-        )  # fmt: skip
-        # The join key is the path as Spark spells it, so that no row does string work: its
-        # listing gives file:///a, its rows file:/a; both are keys.
-        of_path = {os.path.abspath(p): d for p, d in zip(paths, deleted, strict=True)}
-        spelt = {}
-        for f in df.inputFiles():
-            for key in (f, re.sub("^file:(//)?", "file:", f)):
-                spelt[key] = of_path[unquote(urlparse(f).path)]
-        words = DV.words_of(spark, self.uri, spelt).withColumnRenamed(DV.FILE, where)
-        live = located.join(F.broadcast(words), where).where(
-            ~DV.is_deleted(F.col(DV.WORDS), F.col(at))
-        )
-        return live.drop(where, at, DV.WORDS)
+        return df.select(*columns)
 
     def through_arrow(
         self, spark: SparkSession, paths: list[str], deleted: list[Descriptor] | None = None

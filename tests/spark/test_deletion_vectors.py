@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
-from pyspark.sql import functions as F
 
 from cdc_platform import lake
 from cdc_platform.catalog import TableConfig
@@ -77,17 +76,6 @@ def test_a_bad_crc_or_size_is_refused(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="CRC"):
         DV.read(str(tmp_path), DV.Descriptor(encoded, offset, size, 1))
-
-
-def test_spark_s_bit_test_finds_exactly_the_marked_positions(spark, tmp_path):
-    """Words of 64 rows, the sign bit and rows past the last word included."""
-    marked = [0, 1, 62, 63, 64, 127, 128, 1000, 70_000]
-    ((offset, size, encoded),) = DV.write_file(str(tmp_path), [DV.bitmap(marked)])
-    dv = DV.Descriptor(encoded, offset, size, len(marked))
-    words = DV.words_of(spark, str(tmp_path), {"f": dv})
-    rows = spark.range(0, 70_100).withColumn(DV.FILE, F.lit("f"))
-    found = rows.join(words, DV.FILE).where(DV.is_deleted(F.col(DV.WORDS), F.col("id")))
-    assert sorted(r["id"] for r in found.collect()) == marked
 
 
 def test_every_reader_of_ours_applies_the_fixture_s_dv(spark):
