@@ -79,7 +79,7 @@ def positions(data: bytes) -> np.ndarray:
     (magic,) = struct.unpack_from("<I", data)
     if magic != MAGIC:
         raise ValueError(f"not a deletion vector bitmap (magic {magic})")
-    return np.fromiter(BitMap64.deserialize(data[4:]), dtype=np.uint64)
+    return np.frombuffer(BitMap64.deserialize(data[4:]).to_array(), dtype=np.uint64)
 
 
 @dataclass(frozen=True)
