@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from cdc_platform import lake
 from cdc_platform.catalog import Catalog
 from cdc_platform.defs.automation import automation_sensor
 from cdc_platform.defs.keys import model_key
@@ -29,11 +30,20 @@ _INPUTS_UPDATED = (
     & ~dg.AutomationCondition.any_deps_in_progress()
     & ~dg.AutomationCondition.in_progress()
 ).with_label("rebuild when an input updates")
+# ... and not before every current table it reads has been written: a build over a table that
+# does not exist fails (the demo's first models run did: orders updated before customers had
+# any rows). Change logs are left out (a day without changes leaves its partition missing for
+# good), and models too (one requested in the same tick is built first, in the same run).
+_INPUTS_EXIST = ~(
+    dg.AutomationCondition.any_deps_match(dg.AutomationCondition.missing())
+    .allow(dg.AssetSelection.key_prefixes([lake.CURRENT], include_sources=True))
+    .with_label("a current table it reads is missing")
+)
 # ... and never while a blocking (ERROR) check of an input has failed, as for current and history
 # (automation.py): a model must not be rebuilt from an input its checks rejected. The update
 # stays unhandled meanwhile, so the model is rebuilt once the checks pass.
 REBUILD_WHEN_INPUTS_UPDATE = (
-    _INPUTS_UPDATED & dg.AutomationCondition.all_deps_blocking_checks_passed()
+    _INPUTS_UPDATED & _INPUTS_EXIST & dg.AutomationCondition.all_deps_blocking_checks_passed()
 )
 
 

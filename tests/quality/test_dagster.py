@@ -3,6 +3,8 @@ log skips the merge in the same run, and automation (of the merges and of the SQ
 read the change log) waits for the checks to pass."""
 
 import datetime as dt
+import functools
+import operator
 from pathlib import Path
 
 import dagster as dg
@@ -87,9 +89,9 @@ def test_an_error_check_on_the_change_log_blocks_the_merge(spark, catalog):
     defs = _defs(catalog, TOO_OLD, models=True)
     # The same assets with their conditions minus the blocking-checks part, for comparison.
     eager_only = dg.AutomationCondition.eager().without(~dg.AutomationCondition.any_deps_missing())
-    rebuild, guard = REBUILD_WHEN_INPUTS_UPDATE.operands
+    *rebuild, guard = REBUILD_WHEN_INPUTS_UPDATE.operands
     assert guard == dg.AutomationCondition.all_deps_blocking_checks_passed()
-    without_guard = {CURRENT: eager_only, DAILY_CHANGES: rebuild}
+    without_guard = {CURRENT: eager_only, DAILY_CHANGES: functools.reduce(operator.and_, rebuild)}
     unguarded = defs.map_asset_specs(
         func=lambda spec: (
             spec.replace_attributes(automation_condition=without_guard[spec.key])
