@@ -157,9 +157,11 @@ class S3Server:
     def requests(self) -> dict[str, int]:
         """The S3 requests the gateway has served so far, by action (its Prometheus counters;
         needs ``metrics``). The gateway counts a request after its response is sent, so the
-        counters are read until two readings 0.2 s apart agree."""
+        counters are read until two readings 0.2 s apart agree (for at most 5 s)."""
         counts, previous = self._counters(), None
-        while counts != previous:
+        for _ in range(25):
+            if counts == previous:
+                break
             time.sleep(0.2)
             counts, previous = self._counters(), counts
         return counts
