@@ -447,6 +447,7 @@ DATE_GETS_A_LATE_CHANGE = (
 
 
 # Both properties run the same body on a pinned example: each is pinned on one of them.
+@pytest.mark.slow
 @SETTINGS
 @given(scenario=scenarios(toast=False))
 @example(scenario=TRUNCATE_ONLY_BATCH)
@@ -457,6 +458,7 @@ def test_reprocessing_in_any_order_converges(spark, scenario):
     _reprocess(spark, *scenario)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(scenario=scenarios(toast=True))
 @example(scenario=TOAST_BEFORE_ITS_VALUE)

@@ -226,6 +226,7 @@ def _expected(time: str, offset: int) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_every_handling_mode_gives_the_same_table(spark, tmp_path):
     lines, configs = [], []
     for name, combos in _tables().items():

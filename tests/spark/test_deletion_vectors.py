@@ -220,6 +220,7 @@ _KILLED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_merge_killed_before_its_commit_changes_nothing_and_its_dv_files_are_vacuumed(
     spark, warehouse
 ):
@@ -241,6 +242,7 @@ def test_a_merge_killed_before_its_commit_changes_nothing_and_its_dv_files_are_v
     assert _live(spark, warehouse) == {i: "v1" if i < 20 else "v0" for i in range(1000)}
 
 
+@pytest.mark.slow
 def test_vacuum_keeps_the_live_dv_files_and_a_checkpoint_carries_them(spark, warehouse):
     _seeded(spark, warehouse)
     uri = _current(warehouse)
