@@ -43,9 +43,9 @@ test: install
 	@# The 25 slowest tests at the end: docs/testing.md keeps the list.
 	$(BIN)/pytest -q -m "not faults and not s3 and not live and not slow" --durations=25
 
-# The slowest tests of the suite, left out of `make test` for its 15 minutes: the convergence
-# properties' pinned examples, a merge killed before its commit, vacuum with deletion vectors,
-# Debezium's handling modes. CI runs it after `make test`.
+# The suite's slowest tests (marker slow, 10-60 s each), left out of `make test` for its 15
+# minutes: the convergence properties' pinned examples, merges killed or reprocessed in any
+# order, vacuum with deletion vectors, Debezium's modes and decimals. CI runs it after `make test`.
 test-slow: install
 	$(BIN)/pytest -q -m "slow and not faults and not s3 and not live" --durations=10
 

@@ -74,6 +74,7 @@ def test_unidentifiable_delete_is_quarantined_not_applied(spark, warehouse, expe
     assert rows[0]["value"] == (CORPUS / name).read_bytes().splitlines()[15]
 
 
+@pytest.mark.slow
 def test_replaying_twice_changes_nothing(spark, warehouse, expected):
     name = "debezium/debezium-data-schema-include.txt"
     entry = expected[name]

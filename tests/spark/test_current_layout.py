@@ -336,6 +336,7 @@ def test_a_batch_of_new_keys_reads_no_row_of_the_table(spark, tmp_path, monkeypa
     assert _current_checks(spark, warehouse, merged) == [True, True]
 
 
+@pytest.mark.slow
 def test_small_files_are_folded_into_a_rewrite_once_they_are_many(spark, tmp_path, monkeypatch):
     # Every run that inserts keys writes a small file of its own; once a table holds COMPACT_AT
     # of them, the next rewrite folds them in, so files (and every read that lists them) stay

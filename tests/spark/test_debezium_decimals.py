@@ -109,6 +109,7 @@ def _current(spark, tmp_path, encoding: str) -> tuple[list[dict], list]:
     return rows.select(*columns).orderBy("id").toArrow().to_pylist(), reasons
 
 
+@pytest.mark.slow
 def test_base64_and_numeric_decimals_give_the_same_exact_table(spark, tmp_path):
     expected = [
         {

@@ -200,6 +200,7 @@ DAYS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_reprocessing_in_any_order_matches_an_in_order_replay(spark, tmp_path):
     ordered = tmp_path / "ordered"
     for day, changes in DAYS.items():

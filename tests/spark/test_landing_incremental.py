@@ -97,6 +97,7 @@ def test_a_second_file_ingests_only_that_file(spark, warehouse, tmp_path):
     assert _run(spark, warehouse, landing)[0].files == []
 
 
+@pytest.mark.slow
 def test_a_grown_file_is_ingested_again_without_duplicates(spark, warehouse, tmp_path):
     landing = tmp_path / "landing"
     _land(landing, "a.jsonl", [_event("c", 1, 1, "one"), _event("c", 2, 2, "two")])

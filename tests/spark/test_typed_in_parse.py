@@ -134,6 +134,7 @@ def _without_current(tables: dict) -> dict:
 WAYS = {"all in the parse": (1000, 8), "first message only": (1, 8), "none": (1000, 0)}
 
 
+@pytest.mark.slow
 def test_schema_versions_and_tables_come_out_the_same_whichever_way(spark, tmp_path, monkeypatch):
     results = {
         way: _replay(spark, tmp_path, str(i), EVENTS, SOURCE, monkeypatch, *how, TABLES, i == 0)
