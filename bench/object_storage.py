@@ -3,8 +3,9 @@ one process and one warm Spark session, each measured the same way, alternating:
 
 1. ``make bench``'s replay: ``--events`` Debezium events (bench/throughput.py's generator) from
    one landing file through raw, the change log and the current table of a new warehouse;
-2. a micro-batch: ``--batch`` more events (the same keys, later) into those tables, as a live
-   run's micro-batch takes them: raw, normalize, merge;
+2. a micro-batch: ``--batch`` more events (the same keys, later) in a second landing file into
+   those tables, as a live run's micro-batch takes them: raw appended, the raw batch normalized
+   (``normalize_new``), merged;
 3. a sensor tick over a landing prefix of ``--objects`` files that raw already holds (what the
    landing sensor lists and compares every tick): an hourly whole listing, and a tick between
    them, which lists from the last name raw holds on.
@@ -37,7 +38,7 @@ from throughput import DATE, SOURCE, TYPES, generate  # noqa: E402
 from cdc_platform.catalog import SourceConfig  # noqa: E402
 from cdc_platform.lake import storage  # noqa: E402
 from cdc_platform.spark.session import get_spark  # noqa: E402
-from cdc_platform.steps.changelog import normalize_source  # noqa: E402
+from cdc_platform.steps.changelog import normalize_new, normalize_source  # noqa: E402
 from cdc_platform.steps.current import merge_current  # noqa: E402
 from cdc_platform.steps.raw import ingest_files, ingest_landing, pending_landing_files  # noqa: E402
 from tests.s3_server import S3Server  # noqa: E402
@@ -45,14 +46,21 @@ from tests.s3_server import S3Server  # noqa: E402
 CONFIG = SourceConfig(name=SOURCE, format="debezium", primary_key=["id"], column_types=TYPES)
 
 
-def pipeline(spark, landing: Path, warehouse: str, whole_date: bool) -> dict[str, float]:
-    """Raw, change log and current from one landing file; seconds per step."""
+def pipeline(spark, landing: Path, warehouse: str, replay: bool) -> dict[str, float]:
+    """Raw, change log and current from one landing file; seconds per step. ``replay``: the
+    date's raw and change log replaced (``cdc-platform replay``), else the file appended and its
+    raw batch normalized (a live run's micro-batch)."""
     times = {}
     start = time.perf_counter()
-    ingest_files(warehouse, SOURCE, [(landing, landing.name)], DATE, whole_date=whole_date)
+    # Named by its folder: a file of the same name would replace the first one's rows.
+    name = f"{landing.parent.name}-{landing.name}"
+    ingest_files(warehouse, SOURCE, [(landing, name)], DATE, whole_date=replay)
     times["raw"] = time.perf_counter() - start
     start = time.perf_counter()
-    result = normalize_source(spark, warehouse, CONFIG, [DATE])
+    if replay:
+        result = normalize_source(spark, warehouse, CONFIG, [DATE])
+    else:
+        result = normalize_new(spark, warehouse, CONFIG)
     times["normalize"] = time.perf_counter() - start
     start = time.perf_counter()
     for table in result.tables:
@@ -86,8 +94,16 @@ def main() -> None:
         server.create_bucket("bench")
         spark = get_spark("local[*]", {"spark.sql.shuffle.partitions": "4"})
         first, later = work / "first" / "events.jsonl", work / "later" / "events.jsonl"
-        generate(first, args.events, args.keys, with_schema=False)
-        generate(later, args.batch, args.keys, with_schema=False)
+        # One stream cut in two: the micro-batch continues the replay's events (newer
+        # positions, the same keys' updates and deletes).
+        whole = work / "whole" / "events.jsonl"
+        generate(whole, args.events + args.batch, args.keys, with_schema=False)
+        first.parent.mkdir(parents=True)
+        later.parent.mkdir(parents=True)
+        with whole.open() as events, first.open("w") as a, later.open("w") as b:
+            for i, line in enumerate(events):
+                (a if i < args.events else b).write(line)
+        whole.unlink()
         # The tick's landing files: tiny, all held by raw before the tick is timed.
         warm = work / "warm" / "events.jsonl"
         generate(warm, 10_000, 1_000, with_schema=False)
