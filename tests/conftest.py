@@ -300,6 +300,16 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:  # of S3Ser
         yield server
 
 
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:  # of AzureServer
+    """A real Azure Blob Storage server of the run's own (Azurite, tests/azure_server.py) on
+    loopback, one account with a random key; ``.env()`` gives the ``AZURE_*`` variables."""
+    from tests.azure_server import AzureServer
+
+    with AzureServer(tmp_path_factory.mktemp("azurite")) as server:
+        yield server
+
+
 @pytest.fixture
 def s3_bucket(s3_server) -> str:
     """A new bucket on ``s3_server`` for this test alone: it starts empty."""

@@ -1,18 +1,19 @@
-"""Where the lake's bytes live: a local folder (a path) or S3-compatible object storage
-(``s3://bucket/prefix``), and how to reach it.
+"""Where the lake's bytes live: a local folder (a path) or object storage (``s3://bucket/prefix``,
+S3 or S3-compatible; ``az://container/prefix`` or ``abfss://container@account.dfs.core.windows.net/
+prefix``, Azure Blob Storage / ADLS Gen2; ``gs://bucket/prefix``, Google Cloud Storage), and how
+to reach it.
 
 Every location of the lake (the warehouse, a landing folder, the Data Docs site's copy) is a
 string: a local path, or a URI. The options use the names delta-rs and object_store read
-(``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-``AWS_SESSION_TOKEN``, ``AWS_ALLOW_HTTP``, ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``): the
+(``AWS_*``, ``AZURE_*``, ``GOOGLE_*``: ``S3_OPTIONS``, ``AZURE_OPTIONS``, ``GCS_OPTIONS``): the
 environment's, under those the sources file sets (``storage_options``, ``configure``). The
 Delta log goes through delta-rs with them (``delta_options``); data files and landing files
 through pyarrow's filesystem (``filesystem``), on the driver and in Spark's executors alike
-(Spark's own readers have no S3 filesystem: pyspark ships no hadoop-aws). Files are listed by
-``list_files``, in a bucket through obstore (object_store, as delta-rs): pyarrow's listing has no
-start-after, and a listing that can start after a key costs what is new, not the whole tree.
-Secrets stay in
-these options: nothing here logs them, and errors name the variable, never its value.
+(Spark's own readers reach no bucket: pyspark ships no hadoop-aws, hadoop-azure or GCS
+connector). Files are listed by ``list_files``, in a bucket through obstore (object_store, as
+delta-rs): pyarrow's listing has no start-after, and a listing that can start after a key costs
+what is new, not the whole tree. Secrets stay in these options: nothing here logs them, and
+errors name the variable, never its value.
 """
 
 import functools
@@ -27,9 +28,9 @@ from urllib.parse import urlparse
 import obstore
 import pyarrow.fs as pafs
 from obstore.exceptions import AlreadyExistsError, PreconditionError
-from obstore.store import S3Store
+from obstore.store import AzureStore, GCSStore, S3Store
 
-OPTION_NAMES = (
+S3_OPTIONS = (
     "AWS_ENDPOINT_URL",
     "AWS_REGION",
     "AWS_DEFAULT_REGION",
@@ -39,7 +40,27 @@ OPTION_NAMES = (
     "AWS_ALLOW_HTTP",
     "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
 )
-REMOTE_SCHEMES = ("s3", "s3a")
+AZURE_OPTIONS = (
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_CLIENT_ID",
+    "AZURE_STORAGE_CLIENT_SECRET",
+    "AZURE_STORAGE_TENANT_ID",
+    "AZURE_STORAGE_ENDPOINT",  # an emulator's or a private endpoint: http://host:port/account
+    "AZURE_ALLOW_HTTP",
+)
+# delta-rs and obstore only: pyarrow's GCS client (the executors') takes Google's default
+# credentials of each machine (GOOGLE_APPLICATION_CREDENTIALS, or the VM's service account).
+GCS_OPTIONS = (
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
+OPTION_NAMES = S3_OPTIONS + AZURE_OPTIONS + GCS_OPTIONS
+_OPTIONS = {"s3": S3_OPTIONS, "azure": AZURE_OPTIONS, "gcs": GCS_OPTIONS}
+# A URI's scheme -> its store, as delta-rs's and object_store's URLs name them.
+_STORES = {"s3": "s3", "s3a": "s3", "az": "azure", "abfs": "azure", "abfss": "azure", "gs": "gcs"}
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _configured: dict[str, str] = {}
 
@@ -74,14 +95,29 @@ def options() -> dict[str, str]:
     return {**found, **_configured}
 
 
+def store_kind(location: str | os.PathLike) -> str | None:
+    """``"s3"``, ``"azure"`` or ``"gcs"`` for an object-store URI; None for a local path or
+    ``file://``. Any other scheme is refused: taken as a path, it would be a local folder named
+    after it."""
+    scheme = urlparse(str(location)).scheme
+    if scheme in _STORES:
+        return _STORES[scheme]
+    if len(scheme) > 1 and scheme != "file":  # one letter: a Windows drive
+        raise StorageError(
+            f"{location}: unknown storage scheme {scheme}:// (the lake takes a local path, "
+            "s3://, az://, abfss:// or gs://)"
+        )
+    return None
+
+
 def is_remote(location: str | os.PathLike) -> bool:
     """Whether ``location`` is an object-store URI (not a local path or ``file://``)."""
-    scheme = urlparse(str(location)).scheme
-    if scheme in REMOTE_SCHEMES:
-        return True
-    if scheme in ("gs", "gcs", "abfs", "abfss", "az", "adl"):
-        raise StorageError(f"{location}: only s3:// object storage is supported")
-    return False
+    return store_kind(location) is not None
+
+
+def _bucket(location: str) -> str:
+    """The bucket (S3, GCS) or container (Azure) of a URI: abfss:// names it before the @."""
+    return urlparse(location).netloc.split("@", 1)[0]
 
 
 def resolve(location: str | os.PathLike, base: Path) -> str:
@@ -89,8 +125,7 @@ def resolve(location: str | os.PathLike, base: Path) -> str:
     absolute (relative ones to ``base``)."""
     text = str(location)
     if is_remote(text):
-        parsed = urlparse(text)
-        if not parsed.netloc:
+        if not _bucket(text):
             raise StorageError(f"{text}: an object-store location needs a bucket (s3://bucket/…)")
         return text.rstrip("/")
     p = Path(text.removeprefix("file://")).expanduser()
@@ -118,7 +153,7 @@ def relative(location: str, under: str) -> str:
 
 def delta_options(location: str) -> dict[str, str] | None:
     """delta-rs's ``storage_options`` for a table at ``location`` (None: a local path)."""
-    return options() if is_remote(location) else None
+    return dict(_remote_settings(location)) if is_remote(location) else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -140,27 +175,85 @@ def _s3(settings: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _azure(settings: tuple[tuple[str, str], ...]) -> pafs.AzureFileSystem:
+    o = dict(settings)
+    at = urlparse(o.get("AZURE_STORAGE_ENDPOINT", ""))  # http://host:port/account
+    authority = {"blob_storage_authority": at.netloc, "dfs_storage_authority": at.netloc}
+    schemes = {"blob_storage_scheme": at.scheme, "dfs_storage_scheme": at.scheme}
+    return pafs.AzureFileSystem(
+        o["AZURE_STORAGE_ACCOUNT_NAME"],
+        account_key=o.get("AZURE_STORAGE_ACCOUNT_KEY"),
+        sas_token=o.get("AZURE_STORAGE_SAS_TOKEN"),
+        client_id=o.get("AZURE_STORAGE_CLIENT_ID"),
+        client_secret=o.get("AZURE_STORAGE_CLIENT_SECRET"),
+        tenant_id=o.get("AZURE_STORAGE_TENANT_ID"),
+        **(authority | schemes if at.netloc else {}),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _gcs(settings: tuple[tuple[str, str], ...]) -> pafs.GcsFileSystem:
+    return pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=30))
+
+
 def filesystem(
     location: str, settings: Mapping[str, str] | None = None
 ) -> tuple[pafs.FileSystem, str]:
     """pyarrow's filesystem for ``location`` and the location's path on it. ``settings``: the
     options (default: ``options()``), as a Spark task gets them from the driver."""
-    if not is_remote(location):
+    kind = store_kind(location)
+    if kind is None:
         return pafs.LocalFileSystem(), os.path.abspath(location.removeprefix("file://"))
-    parsed = urlparse(location)
-    return _s3(_remote_settings(location, settings)), parsed.netloc + parsed.path.rstrip("/")
+    client = {"s3": _s3, "azure": _azure, "gcs": _gcs}[kind]
+    fs = client(_remote_settings(location, settings))
+    return fs, _bucket(location) + urlparse(location).path.rstrip("/")
+
+
+# The options that sign requests, by store: with none of them and an endpoint of its own, a
+# client would ask an instance metadata endpoint for a role and hang. On the cloud itself (no
+# endpoint) the SDK's default chain (an IAM role, a managed identity) may serve.
+_SECRETS = {
+    "s3": ("AWS_ACCESS_KEY_ID",),
+    "azure": (
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_CLIENT_SECRET",
+    ),
+    "gcs": (),
+}
+_ENDPOINTS = {"s3": "AWS_ENDPOINT_URL", "azure": "AZURE_STORAGE_ENDPOINT"}
 
 
 def _remote_settings(
     location: str, settings: Mapping[str, str] | None = None
 ) -> tuple[tuple[str, str], ...]:
-    settings = options() if settings is None else settings
-    keyless = not settings.get("AWS_ACCESS_KEY_ID") and "AWS_ACCESS_KEY_ID" not in os.environ
-    if keyless and settings.get("AWS_ENDPOINT_URL"):
-        # Off AWS, a client would ask an instance metadata endpoint for a role and hang: say
-        # what is missing. On AWS (no endpoint) the SDK's default chain (an IAM role) may serve.
-        raise StorageError(f"{location}: AWS_ACCESS_KEY_ID is not set")
-    return tuple(sorted(settings.items()))
+    """The options of ``location``'s store (delta-rs's and obstore's clients refuse another's)."""
+    kind = store_kind(location)
+    given = options() if settings is None else settings
+    chosen = {k: v for k, v in given.items() if k in _OPTIONS[kind]}
+    secrets = _SECRETS[kind]
+    keyless = secrets and not any(chosen.get(s) or s in os.environ for s in secrets)
+    if keyless and chosen.get(_ENDPOINTS.get(kind, "")):
+        raise StorageError(f"{location}: {secrets[0]} is not set")
+    if kind == "azure" and "AZURE_STORAGE_ACCOUNT_NAME" not in chosen:
+        host = urlparse(location).netloc.partition("@")[2]  # abfss://container@account.dfs…
+        if not host:
+            raise StorageError(f"{location}: AZURE_STORAGE_ACCOUNT_NAME is not set")
+        chosen["AZURE_STORAGE_ACCOUNT_NAME"] = host.split(".", 1)[0]
+    return tuple(sorted(chosen.items()))
+
+
+def endpoint(location: str) -> str:
+    """Where ``location``'s store answers, for messages (no secret in it)."""
+    kind = store_kind(location)
+    o = options()
+    if kind == "s3":
+        return o.get("AWS_ENDPOINT_URL", "the default AWS endpoint")
+    if kind == "azure":
+        account = o.get("AZURE_STORAGE_ACCOUNT_NAME") or urlparse(location).netloc.partition("@")[2]
+        return o.get("AZURE_STORAGE_ENDPOINT", f"the account {account.split('.', 1)[0]!r}")
+    return "Google Cloud Storage"
 
 
 @dataclass(frozen=True)
@@ -223,18 +316,21 @@ def _local_files(root: str, below: str, start_after: str | None) -> Iterator[Fil
             yield FileEntry(path, stat.st_size, stat.st_mtime_ns)
 
 
-def _store_of(location: str) -> tuple[S3Store, str]:
+def _store_of(location: str) -> tuple[S3Store | AzureStore | GCSStore, str]:
     """obstore's client of ``location``'s bucket, and the key prefix of ``location`` ("" or
     ending in /)."""
-    parsed = urlparse(location)
-    prefix = parsed.path.strip("/")
-    store = _object_store(parsed.netloc, _remote_settings(location))
+    prefix = urlparse(location).path.strip("/")
+    kind = store_kind(location)
+    store = _object_store(kind, _bucket(location), _remote_settings(location))
     return store, prefix + "/" if prefix else ""
 
 
 @functools.lru_cache(maxsize=8)
-def _object_store(bucket: str, settings: tuple[tuple[str, str], ...]) -> S3Store:
-    return S3Store(
+def _object_store(
+    kind: str, bucket: str, settings: tuple[tuple[str, str], ...]
+) -> S3Store | AzureStore | GCSStore:
+    store = {"s3": S3Store, "azure": AzureStore, "gcs": GCSStore}[kind]
+    return store(
         bucket,
         config=dict(settings),
         # As ``_s3``: a store that stops answering fails the listing, retried by the step.
@@ -296,8 +392,8 @@ def write_whole(location: str, data: bytes) -> None:
     fs.move(hidden, path)
 
 
-# What pyarrow's and delta-rs's S3 clients say when the store does not answer (down, stopped,
-# overloaded), raised on the driver or in a Spark task: a retry later may succeed.
+# What pyarrow's, delta-rs's and obstore's clients say when the store does not answer (down,
+# stopped, overloaded), raised on the driver or in a Spark task: a retry later may succeed.
 _UNAVAILABLE = (
     "NETWORK_CONNECTION",
     "curlCode: 28",  # a request timed out
@@ -305,6 +401,7 @@ _UNAVAILABLE = (
     "operation timed out",
     "error sending request",
     "connection closed before message completed",
+    "Fail to get a new connection",  # pyarrow's Azure client
     "SLOW_DOWN",
     "SERVICE_UNAVAILABLE",
     "503 Service Unavailable",
@@ -316,25 +413,39 @@ def unavailable_reason(text: str) -> str | None:
     """One line when ``text`` (an error's) says the object store did not answer, else None."""
     for marker in _UNAVAILABLE:
         if marker in text:
-            endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
-            return f"the object store at {endpoint} is unavailable ({marker})"
+            o = options()
+            where = o.get("AWS_ENDPOINT_URL") or o.get("AZURE_STORAGE_ENDPOINT")
+            return f"the object store{f' at {where}' if where else ''} is unavailable ({marker})"
     return None
+
+
+# What each store answers to a request it does not sign as valid, and the options that sign.
+_REFUSALS = {
+    "s3": ("SIGNATURE_DOES_NOT_MATCH", "ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "403"),
+    "azure": ("AuthenticationFailed", "AuthorizationFailure", "403"),
+    "gcs": ("401", "403"),
+}
+_CREDENTIALS = {
+    "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+    "azure": "AZURE_STORAGE_ACCOUNT_NAME / AZURE_STORAGE_ACCOUNT_KEY",
+    "gcs": "GOOGLE_APPLICATION_CREDENTIALS",
+}
+_UNREACHABLE = ("NETWORK_CONNECTION", "curlCode", "resolve host", "Could not connect")
 
 
 def _problem(location: str, error: OSError) -> str:
     text = str(error)
-    bucket = urlparse(location).netloc
-    endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
+    kind, at = store_kind(location), endpoint(location)
     if "NO_SUCH_BUCKET" in text or ("does not exist" in text and "bucket" in text.lower()):
-        return f"{location}: bucket {bucket!r} does not exist at {endpoint}"
-    for code in ("SIGNATURE_DOES_NOT_MATCH", "ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "403"):
+        return f"{location}: bucket {_bucket(location)!r} does not exist at {at}"
+    for code in _REFUSALS[kind]:
         if code in text:
             return (
-                f"{location}: the store at {endpoint} refused the credentials "
-                f"(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY): {code.lower()}"
+                f"{location}: the store at {at} refused the credentials "
+                f"({_CREDENTIALS[kind]}): {code.lower()}"
             )
-    if "NETWORK_CONNECTION" in text or "curlCode" in text or "resolve host" in text:
-        return f"{location}: cannot reach the object store at {endpoint}"
+    if any(marker in text for marker in _UNREACHABLE):
+        return f"{location}: cannot reach the object store at {at}"
     return f"{location}: {text.splitlines()[0]}"
 
 
@@ -351,5 +462,5 @@ def check(location: str) -> None:
     except OSError as e:
         raise StorageError(_problem(location, e)) from None
     if not found:
-        endpoint = options().get("AWS_ENDPOINT_URL", "the default AWS endpoint")
-        raise StorageError(f"{location}: bucket {bucket!r} does not exist at {endpoint}")
+        word = "container" if store_kind(location) == "azure" else "bucket"
+        raise StorageError(f"{location}: {word} {bucket!r} does not exist at {endpoint(location)}")

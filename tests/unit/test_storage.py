@@ -25,14 +25,37 @@ def test_a_location_is_a_local_path_made_absolute_or_an_s3_uri_as_it_is(tmp_path
 @pytest.mark.parametrize(
     ("location", "message"),
     [
-        ("gs://lake/w", "only s3:// object storage is supported"),
-        ("abfss://c@a.dfs.core.windows.net/w", "only s3:// object storage is supported"),
+        ("hdfs://nn/w", "unknown storage scheme hdfs://"),
+        ("gcs://lake/w", "unknown storage scheme gcs://"),
         ("s3:///w", "needs a bucket"),
+        ("az:///w", "needs a bucket"),
     ],
 )
 def test_a_location_the_lake_cannot_use_is_one_line(tmp_path, location, message):
     with pytest.raises(storage.StorageError, match=message):
         storage.resolve(location, tmp_path)
+
+
+def test_each_store_gets_its_own_options_and_its_container_from_the_uri(monkeypatch):
+    """delta-rs's and obstore's clients refuse another store's keys: each URI gets only its
+    store's, and an abfss:// URI names its account (taken when none is set)."""
+    for name, value in {
+        "AWS_REGION": "eu-west-1",
+        "AZURE_STORAGE_ACCOUNT_KEY": "k",
+        "GOOGLE_SERVICE_ACCOUNT": "/sa.json",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME", raising=False)
+    assert storage.delta_options("s3://lake/w") == {"AWS_REGION": "eu-west-1"}
+    abfss = "abfss://lake@acct.dfs.core.windows.net/w"
+    assert storage.delta_options(abfss) == {
+        "AZURE_STORAGE_ACCOUNT_KEY": "k",
+        "AZURE_STORAGE_ACCOUNT_NAME": "acct",
+    }
+    assert storage.delta_options("gs://lake/w") == {"GOOGLE_SERVICE_ACCOUNT": "/sa.json"}
+    assert storage.filesystem(abfss)[1] == "lake/w"  # the container, not container@account
+    with pytest.raises(storage.StorageError, match="AZURE_STORAGE_ACCOUNT_NAME is not set"):
+        storage.delta_options("az://lake/w")
 
 
 def test_options_come_from_the_environment_under_the_sources_file(tmp_path, monkeypatch):
