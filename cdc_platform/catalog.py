@@ -659,7 +659,7 @@ class Catalog(_Strict):
     warehouse: str = Field(
         "var/warehouse",
         description="the Delta tables: a local folder (relative to the sources file) or "
-        "s3://bucket/prefix",
+        "s3://bucket/prefix (az://, abfss://, gs:// alike)",
     )
     landing: str = Field(
         "var/landing",
@@ -670,8 +670,9 @@ class Catalog(_Strict):
         default_factory=dict,
         description="object-store options over the environment's, by the names delta-rs reads "
         "(AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-        "AWS_SESSION_TOKEN, AWS_ALLOW_HTTP, AWS_VIRTUAL_HOSTED_STYLE_REQUEST); a value may name "
-        "environment variables as ${VAR}, as secrets must",
+        "AWS_SESSION_TOKEN, AWS_ALLOW_HTTP, AWS_VIRTUAL_HOSTED_STYLE_REQUEST; AZURE_STORAGE_* "
+        "and GOOGLE_* for az://, abfss://, gs://); a value may name environment variables as "
+        "${VAR}, as secrets must",
     )
     spark: SparkConfig = Field(default_factory=SparkConfig, description="where Spark runs")
     sources: list[SourceConfig] = Field(description="the sources and their tables")
